@@ -1,0 +1,300 @@
+"""The scheduler's data model: activities, workers, leases and the lifecycle table.
+
+Theory of operation
+-------------------
+Time in the core is one float, ``now``: seconds since the POSIX epoch (UTC) as
+the shell's clock reports it. The shell keeps that clock monotonic (it never
+goes backwards, even when the wall clock is stepped) and anchored to wall time,
+so lease expiries persisted before a restart still mean something after it.
+
+An :class:`Activity` is mutable and owned by exactly one core; everything the
+core hands out (leases, decisions, records) is an immutable value. The
+lifecycle of WF-005 §5 is the table :data:`TRANSITIONS`; every change of
+``Activity.state`` goes through :func:`check_transition`, which raises
+:class:`~wf.errors.IllegalTransition` before anything changes.
+
+``READY`` is the state of a just-submitted activity while the core decides
+where it goes (queue, timer, ordering hold); ``DELAYED`` is WF-005 §17's
+dormant state.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+import msgspec
+
+from wf.errors import IllegalTransition
+
+
+class Priority(enum.IntEnum):
+    """WF-005 §10 priority levels; a lower value is dispatched first."""
+
+    CRITICAL = 0
+    """Immediate execution."""
+    HIGH = 1
+    """Elevated importance."""
+    NORMAL = 2
+    """The default."""
+    LOW = 3
+    """Background processing."""
+
+
+class ActivityState(enum.StrEnum):
+    """The lifecycle of WF-005 §5, plus the dormant and cancelled states."""
+
+    READY = "ready"
+    """Submitted; the core is placing it (queue, timer or ordering hold)."""
+    DELAYED = "delayed"
+    """Dormant until its ``not_before`` instant (WF-005 §17)."""
+    QUEUED = "queued"
+    """In the ready queue (or held behind an earlier activity of its ordering key)."""
+    LEASED = "leased"
+    """Granted to a worker under a lease; the worker has not reported a start."""
+    EXECUTING = "executing"
+    """The worker reported that it started executing."""
+    COMPLETED = "completed"
+    """Finished with a result (terminal)."""
+    FAILED = "failed"
+    """Finished without a result (terminal)."""
+    CANCELLED = "cancelled"
+    """Withdrawn by its owner (terminal)."""
+
+
+TERMINAL_STATES: Final = frozenset(
+    {ActivityState.COMPLETED, ActivityState.FAILED, ActivityState.CANCELLED}
+)
+"""States an activity never leaves."""
+
+_S = ActivityState
+TRANSITIONS: Final[dict[ActivityState, frozenset[ActivityState]]] = {
+    _S.READY: frozenset({_S.QUEUED, _S.DELAYED}),
+    _S.DELAYED: frozenset({_S.QUEUED, _S.CANCELLED}),
+    # QUEUED -> FAILED: a corrupt or contradictory record blocks the activity.
+    _S.QUEUED: frozenset({_S.LEASED, _S.CANCELLED, _S.FAILED}),
+    # LEASED -> QUEUED: lease lost before start (expiry, worker loss, steal, return).
+    # LEASED -> FAILED: the infrastructure requeue budget ran out.
+    _S.LEASED: frozenset({_S.EXECUTING, _S.QUEUED, _S.CANCELLED, _S.FAILED}),
+    # EXECUTING -> QUEUED/DELAYED: a retry, or an abandoned idempotent activity.
+    _S.EXECUTING: frozenset({_S.COMPLETED, _S.FAILED, _S.QUEUED, _S.DELAYED, _S.CANCELLED}),
+    _S.COMPLETED: frozenset(),
+    _S.FAILED: frozenset(),
+    _S.CANCELLED: frozenset(),
+}
+"""Allowed lifecycle transitions: ``TRANSITIONS[a]`` is every state reachable from ``a``."""
+
+
+def check_transition(activity_id: str, current: ActivityState, target: ActivityState) -> None:
+    """Raise :class:`IllegalTransition` unless ``current -> target`` is in the table."""
+    if target not in TRANSITIONS[current]:
+        raise IllegalTransition(
+            f"activity {activity_id!r} cannot go from {current.value} to {target.value}",
+            activity_id=activity_id,
+            current=current.value,
+            target=target.value,
+        )
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """How the core retries an activity's own failures (not infrastructure losses)."""
+
+    max_attempts: int = 3
+    """Execution attempts allowed in total, the first included (1 = never retry)."""
+    initial_backoff_s: float = 1.0
+    """Delay before the second attempt."""
+    backoff_coefficient: float = 2.0
+    """Each later delay is the previous one times this."""
+    max_backoff_s: float = 300.0
+    """Upper bound of one delay."""
+    jitter_fraction: float = 0.1
+    """Deterministic jitter: up to this fraction of the delay, derived from id and attempt."""
+    non_retryable_errors: frozenset[str] = frozenset()
+    """Error types that fail the activity at once."""
+    restart_on_abandon: bool = False
+    """Rerun a non-idempotent activity whose executing worker was lost (explicit opt-in)."""
+
+
+DEFAULT_RETRY: Final = RetryPolicy()
+
+
+class Activity(msgspec.Struct, kw_only=True, gc=False):
+    """One schedulable unit of work and its scheduling state.
+
+    The first block of fields is the submission (fixed once accepted); the
+    second is state the core maintains.
+    """
+
+    activity_id: str
+    """Unique, caller-chosen id."""
+    activity_type: str
+    """Which activity implementation runs it; workers declare the types they run."""
+    workflow_id: str = ""
+    """The run (workflow instance) this activity belongs to."""
+    tenant: str = "default"
+    """Owning tenant, for isolation, fairness and tenant limits."""
+    priority: Priority = Priority.NORMAL
+    """WF-005 §10 level."""
+    deadline: float | None = None
+    """The workflow's deadline (scheduler time), for deadline-first ordering."""
+    capabilities: frozenset[str] = frozenset()
+    """Capabilities a worker must advertise to run it (hard rule)."""
+    locality: str | None = None
+    """Preferred worker ``locality`` label (soft preference)."""
+    region: str | None = None
+    """Region, for partitioning by region."""
+    idempotent: bool = False
+    """Safe to run twice; abandoned executions of it are simply requeued."""
+    correlation_id: str = ""
+    """The workflow correlation id carried into logs, traces and decisions."""
+    ordering_key: str | None = None
+    """Activities sharing a key start one at a time, in submission order."""
+    policy: str | None = None
+    """Scheduling policy group (per deployment); ``None`` selects the configured default."""
+    new_workflow: bool = False
+    """This submission starts a workflow; backpressure may refuse it."""
+    not_before: float | None = None
+    """Dormant until this instant (WF-005 §17); resolved at the edge."""
+    retry: RetryPolicy = DEFAULT_RETRY
+    """Retry policy for the activity's own failures."""
+    payload: bytes = b""
+    """Opaque arguments for the worker; the scheduler never reads them."""
+
+    state: ActivityState = ActivityState.READY
+    """Current lifecycle state."""
+    seq: int = 0
+    """Creation sequence number: ties are broken by it, so order is deterministic."""
+    attempt: int = 0
+    """Execution attempts started so far (never decreases)."""
+    failures: int = 0
+    """The activity's own failed attempts (counts against ``retry.max_attempts``)."""
+    infra_requeues: int = 0
+    """Requeues caused by lost workers or leases; never eats the retry budget."""
+    steals: int = 0
+    """Times work stealing moved it to another worker."""
+    token: int = 0
+    """Fencing token of the current (or last) lease; 0 before the first grant."""
+    worker_id: str | None = None
+    """Holder of the current lease, if any."""
+    lease_expires_at: float = 0.0
+    """Expiry of the current lease (meaningful while leased or executing)."""
+    renewable: bool = True
+    """Whether the current lease may be renewed."""
+    submitted_at: float = 0.0
+    """When the core accepted it."""
+    queued_at: float = 0.0
+    """When it last entered the ready queue."""
+    last_error: str | None = None
+    """The most recent failure's description."""
+
+
+class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """WF-005 §6 registration metadata, as the worker announces it."""
+
+    worker_id: str
+    """Unique worker id."""
+    hostname: str = ""
+    """Host the worker runs on (infrastructure failures are per host)."""
+    capabilities: frozenset[str] = frozenset()
+    """Advertised capabilities (e.g. ``gpu``)."""
+    max_concurrency: int = 1
+    """Most leases it holds at once."""
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    """Free-form labels; ``locality`` drives locality-aware balancing."""
+    version: str = ""
+    """Worker software version."""
+    heartbeat_interval_s: float = 5.0
+    """How often it promises to heartbeat."""
+    activity_types: frozenset[str] | None = None
+    """Activity types it runs; ``None`` means any."""
+    tenants: frozenset[str] | None = None
+    """Tenants it may serve; ``None`` means any (set from its credential)."""
+    partitions: frozenset[str] | None = None
+    """Queue partitions it serves; ``None`` means any."""
+
+
+class WorkerStatus(enum.StrEnum):
+    """Where a registered worker stands."""
+
+    ACTIVE = "active"
+    """Heartbeating; may receive leases."""
+    DRAINING = "draining"
+    """Shutting down gracefully: finishes executing work, takes nothing new."""
+    FAILED = "failed"
+    """Declared lost (missed heartbeats or infrastructure failure)."""
+    GONE = "gone"
+    """Deregistered after a graceful shutdown."""
+
+
+class HeartbeatStats(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """WF-005 §7 heartbeat contents."""
+
+    workload: int = 0
+    """Activities the worker is executing."""
+    memory_fraction: float = 0.0
+    """Memory in use, 0..1."""
+    cpu_fraction: float = 0.0
+    """CPU utilisation, 0..1."""
+    queue_depth: int = 0
+    """Work buffered inside the worker, not yet started."""
+    last_completed_activity: str | None = None
+    """Id of the last activity it completed."""
+    lease_status: dict[str, str] = msgspec.field(default_factory=dict)
+    """Activity id -> ``leased`` | ``executing`` as the worker sees its leases."""
+
+
+class Lease(msgspec.Struct, frozen=True, kw_only=True):
+    """WF-005 §11 lease, plus its fencing token."""
+
+    lease_id: str
+    """Unique lease id (derived from the token)."""
+    worker_id: str
+    """The holder."""
+    activity_id: str
+    """The leased activity."""
+    token: int
+    """Fencing token; grows with every grant across the whole core."""
+    granted_at: float
+    """When it was granted."""
+    expires_at: float
+    """When it lapses unless renewed."""
+    renewable: bool
+    """Whether renewal is allowed."""
+    attempt: int
+    """The activity's attempt number this lease is for (1-based once started)."""
+
+
+def lease_id_for(token: int) -> str:
+    """The lease id of a fencing token: unique because tokens are."""
+    return f"lease-{token}"
+
+
+class WorkerState(msgspec.Struct, kw_only=True):
+    """A registered worker as the core tracks it."""
+
+    info: WorkerInfo
+    """Its latest registration."""
+    seq: int
+    """Registration sequence number (deterministic tie-break)."""
+    status: WorkerStatus = WorkerStatus.ACTIVE
+    """Where it stands."""
+    registered_at: float = 0.0
+    """First registration instant."""
+    last_seen_at: float = 0.0
+    """Last registration renewal or heartbeat."""
+    stats: HeartbeatStats = msgspec.field(default_factory=HeartbeatStats)
+    """The latest heartbeat's figures."""
+    leases: dict[str, int] = msgspec.field(default_factory=dict)
+    """Activity id -> fencing token of every lease it holds (insertion ordered)."""
+    demand: int = 0
+    """Leases it is waiting for (outstanding poll credit)."""
+
+    @property
+    def load(self) -> float:
+        """Fraction of its concurrency in use, 0..1 (more than 1 never happens)."""
+        return len(self.leases) / self.info.max_concurrency
+
+    @property
+    def free_slots(self) -> int:
+        """How many more leases it may hold."""
+        return self.info.max_concurrency - len(self.leases)

@@ -1,0 +1,1 @@
+"""Test support for wf users and wf itself: virtual clock, simulation harness."""
