@@ -184,6 +184,8 @@ class Activity(msgspec.Struct, kw_only=True, gc=False):
     """When the core accepted it."""
     queued_at: float = 0.0
     """When it last entered the ready queue."""
+    queue_ticket: int = 0
+    """Ticket of its live ready-queue entry; older entries for it are stale (lazy removal)."""
     last_error: str | None = None
     """The most recent failure's description."""
 

@@ -1,0 +1,36 @@
+"""The ``wf`` command line: one parser, one module per command group.
+
+Each command module exposes ``register(subparsers)``, which adds its parser and
+sets ``handler`` (a function from parsed arguments to an exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``wf`` parser with every command group registered."""
+    from wf.cli import cron_cmd
+
+    parser = argparse.ArgumentParser(prog="wf", description="wf workflow scheduler tools")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module in (cron_cmd,):
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``wf`` script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

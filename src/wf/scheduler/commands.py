@@ -1,0 +1,145 @@
+"""Commands: the only inputs of the scheduler core.
+
+Every command carries ``now``, the instant the shell observed when it handed
+the command over; the core never reads a clock. A list of commands is the
+core's complete input log: replaying it from the same starting state gives
+the same decisions, byte for byte (see :mod:`wf.scheduler.replay`).
+
+Commands are msgspec structs tagged by ``cmd`` so that a log encodes as
+JSON lines and decodes back to the same objects.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from wf.scheduler.model import Activity, HeartbeatStats, WorkerInfo
+
+
+class _Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="cmd"):
+    now: float
+    """The shell's scheduler time when the command arrived."""
+
+
+class Submit(_Command, frozen=True, kw_only=True, tag="submit"):
+    """Accept new activities (the DAG engine's ready nodes)."""
+
+    activities: tuple[Activity, ...]
+    """New activities; ids must be unused; state fields are ignored and reset."""
+
+
+class Cancel(_Command, frozen=True, kw_only=True, tag="cancel"):
+    """Withdraw an activity that has not finished; its lease, if any, is revoked."""
+
+    activity_id: str
+    reason: str = "cancelled"
+
+
+class RegisterWorker(_Command, frozen=True, kw_only=True, tag="register_worker"):
+    """Register a worker, or renew/update an existing registration (WF-005 §6)."""
+
+    info: WorkerInfo
+
+
+class Heartbeat(_Command, frozen=True, kw_only=True, tag="heartbeat"):
+    """A worker's periodic report (WF-005 §7)."""
+
+    worker_id: str
+    stats: HeartbeatStats = msgspec.field(default_factory=HeartbeatStats)
+
+
+class Poll(_Command, frozen=True, kw_only=True, tag="poll"):
+    """A worker asks for up to ``max_items`` leases (a long poll's demand)."""
+
+    worker_id: str
+    max_items: int = 1
+
+
+class CancelPoll(_Command, frozen=True, kw_only=True, tag="cancel_poll"):
+    """The worker's long poll ended without (all of) its leases: drop its demand."""
+
+    worker_id: str
+
+
+class StartActivity(_Command, frozen=True, kw_only=True, tag="start"):
+    """The lease holder began executing (Leased -> Executing)."""
+
+    activity_id: str
+    token: int
+
+
+class RenewLease(_Command, frozen=True, kw_only=True, tag="renew"):
+    """Extend a lease (WF-005 §12); refused if expired, superseded or not renewable."""
+
+    activity_id: str
+    token: int
+
+
+class Complete(_Command, frozen=True, kw_only=True, tag="complete"):
+    """The lease holder finished with a result (fenced by ``token``)."""
+
+    activity_id: str
+    token: int
+    result: bytes = b""
+
+
+class Fail(_Command, frozen=True, kw_only=True, tag="fail"):
+    """The lease holder's attempt failed (fenced by ``token``)."""
+
+    activity_id: str
+    token: int
+    error_type: str = "Error"
+    message: str = ""
+    retryable: bool = True
+
+
+class ShutdownWorker(_Command, frozen=True, kw_only=True, tag="shutdown_worker"):
+    """Graceful shutdown: unstarted leases return at once; executing work may finish."""
+
+    worker_id: str
+
+
+class WorkersLost(_Command, frozen=True, kw_only=True, tag="workers_lost"):
+    """Infrastructure failure: these workers (e.g. one host) are gone at once."""
+
+    worker_ids: tuple[str, ...]
+    reason: str = "infrastructure_failure"
+
+
+class RegisterCron(_Command, frozen=True, kw_only=True, tag="register_cron"):
+    """Register a recurring trigger (WF-005 §18); fires submit a copy of ``template``."""
+
+    cron_id: str
+    expression: str
+    timezone: str = "UTC"
+    template: Activity
+
+
+class RemoveCron(_Command, frozen=True, kw_only=True, tag="remove_cron"):
+    """Remove a recurring trigger."""
+
+    cron_id: str
+
+
+class Tick(_Command, frozen=True, kw_only=True, tag="tick"):
+    """Time passed: fire timers and cron, expire leases, detect dead workers, dispatch."""
+
+
+Command = (
+    Submit
+    | Cancel
+    | RegisterWorker
+    | Heartbeat
+    | Poll
+    | CancelPoll
+    | StartActivity
+    | RenewLease
+    | Complete
+    | Fail
+    | ShutdownWorker
+    | WorkersLost
+    | RegisterCron
+    | RemoveCron
+    | Tick
+)
+"""Every command the core accepts."""

@@ -1,0 +1,927 @@
+"""The scheduler core: a deterministic state machine over commands (WF-005 §3–§23).
+
+Theory of operation
+-------------------
+:class:`SchedulerCore` takes one :mod:`command <wf.scheduler.commands>` at a
+time and returns an :class:`~wf.scheduler.outputs.Outcome`: the decisions
+the shell must carry out and the records it must persist first. The core
+never reads a clock (each command carries ``now``), never does I/O and never
+uses randomness; ties are broken by sequence numbers. The same commands from
+the same state therefore give the same outcomes, byte for byte.
+
+Each handler validates everything first and mutates only once nothing can
+fail, so a refused command (a typed :class:`~wf.errors.WfError`) leaves the
+state exactly as it was.
+
+The data walk: ``Submit`` creates activities (``READY``), which go dormant in
+the timer heap (``DELAYED``) or into the ready queue (``QUEUED``). Workers
+``Poll`` to announce demand. After every command a *dispatch pass* matches
+queued work to waiting workers: when one worker waits, it gets the policy's
+best activity among its eligible lanes; when several wait, the policy picks
+the best activity any of them may run and the load balancer picks which of
+them gets it. Each grant is a ``LEASED`` transition with a fresh fencing
+token. The worker reports ``StartActivity`` (``EXECUTING``), renews, and
+finishes with ``Complete`` or ``Fail``; a failure is retried with backoff
+(``DELAYED``) while its retry budget lasts. ``Tick`` fires due timers and
+cron triggers, expires lapsed leases and declares silent workers lost.
+
+Lost work is requeued with its counters: a lease lost before the start is
+simply requeued; an activity lost while ``EXECUTING`` is requeued only if
+it is idempotent or its retry policy says ``restart_on_abandon``; otherwise
+it fails with ``may_have_executed`` rather than silently running twice.
+Requeues caused by lost workers count in ``infra_requeues``, never against
+the retry budget.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from wf.errors import (
+    AlreadyExists,
+    Conflict,
+    IllegalTransition,
+    InvalidArgument,
+    NotFound,
+    WorkerNotActive,
+)
+from wf.scheduler import commands as cmd
+from wf.scheduler.backpressure import BackpressureController, BackpressureLevel
+from wf.scheduler.config import SchedulerConfig
+from wf.scheduler.cron import CronTable
+from wf.scheduler.lease import LeaseTable
+from wf.scheduler.load_balancer import LoadBalancer, make_load_balancer
+from wf.scheduler.model import (
+    TERMINAL_STATES,
+    TRANSITIONS,
+    Activity,
+    ActivityState,
+    WorkerState,
+    WorkerStatus,
+)
+from wf.scheduler.outputs import (
+    ActivityCompleted,
+    ActivityFailed,
+    ActivitySubmitted,
+    BackpressureChanged,
+    CronFired,
+    CronRemoved,
+    CronUpserted,
+    Decision,
+    LeaseGranted,
+    LeaseRenewed,
+    LeaseRevoked,
+    Outcome,
+    Record,
+    RetryScheduled,
+    Transition,
+    WorkerFailed,
+    WorkerUpserted,
+)
+from wf.scheduler.policies import SchedulingPolicy, make_policy
+from wf.scheduler.queue import Lane, ReadyQueue, WorkerSignature, worker_signature
+from wf.scheduler.rate_limiter import RateLimitConfig, RateLimiter
+from wf.scheduler.stealing import choose_steal
+from wf.scheduler.timer import DelayedTimers
+from wf.scheduler.worker_registry import WorkerRegistry
+
+S = ActivityState
+_QUEUED: Final = S.QUEUED
+_LEASED: Final = S.LEASED
+_EXECUTING: Final = S.EXECUTING
+_ACTIVE: Final = WorkerStatus.ACTIVE
+_LIVE_WORKER: Final = (WorkerStatus.ACTIVE, WorkerStatus.DRAINING)
+
+FINISHED_MEMORY_MAX: Final = 100_000
+"""Terminal activities remembered (so late calls get StaleLease, not NotFound)."""
+ID_LENGTH_MAX: Final = 256
+"""Longest activity, worker or cron id accepted."""
+
+
+class SchedulerCore:
+    """The WF-005 scheduler as a pure state machine; see the module docstring."""
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        self.config = config = config or SchedulerConfig()
+        self.seq = 0
+        """Creation sequence of activities (deterministic tie-break)."""
+        self.activities: dict[str, Activity] = {}
+        """Every unfinished activity, by id."""
+        self.finished: dict[str, ActivityState] = {}
+        """Recently finished activity ids and their terminal state (bounded)."""
+        self.queue = ReadyQueue(config.partition_by)
+        self.policies: dict[str, SchedulingPolicy] = {
+            name: make_policy(pc.policy, pc.options) for name, pc in config.policies.items()
+        }
+        self.leases = LeaseTable(config.lease_ttl_s)
+        self.registry = WorkerRegistry(config.heartbeat_misses_max)
+        self.balancer: LoadBalancer = make_load_balancer(config.balancer)
+        self.limiter = RateLimiter(config.limits)
+        self._limited = config.limits != RateLimitConfig()
+        self.backpressure = BackpressureController(config.backpressure)
+        self.timers = DelayedTimers()
+        self.crons = CronTable()
+        self.cron_templates: dict[str, Activity] = {}
+        self.holds: dict[str, deque[Activity]] = {}
+        """Ordering key -> activities waiting behind the key's in-flight one."""
+        self.key_owner: dict[str, str] = {}
+        """Ordering key -> the one activity of that key in the queue or in flight."""
+        self.waiting: dict[str, WorkerState] = {}
+        """Workers with outstanding poll demand."""
+        self._signatures: dict[str, WorkerSignature] = {}
+        self.capacity = 0
+        """Sum of max_concurrency over active workers."""
+        self.running = 0
+        """Leases currently held (leased or executing)."""
+        self._decisions: list[Decision] = []
+        self._records: list[Record] = []
+        self._handlers: dict[type[Any], Callable[[Any], None]] = {
+            cmd.Submit: self._submit,
+            cmd.Cancel: self._cancel,
+            cmd.RegisterWorker: self._register_worker,
+            cmd.Heartbeat: self._heartbeat,
+            cmd.Poll: self._poll,
+            cmd.CancelPoll: self._cancel_poll,
+            cmd.StartActivity: self._start,
+            cmd.RenewLease: self._renew,
+            cmd.Complete: self._complete,
+            cmd.Fail: self._fail,
+            cmd.ShutdownWorker: self._shutdown_worker,
+            cmd.WorkersLost: self._workers_lost,
+            cmd.RegisterCron: self._register_cron,
+            cmd.RemoveCron: self._remove_cron,
+            cmd.Tick: self._tick,
+        }
+        self.log: list[cmd.Command] | None = None
+        """When a list, every command handed to :meth:`handle` is appended (the input log)."""
+
+    # ------------------------------------------------------------------ entry
+
+    def handle(self, command: cmd.Command) -> Outcome:
+        """Apply one command; returns decisions and records, or raises a WfError unchanged."""
+        decisions: list[Decision] = []
+        records: list[Record] = []
+        self._decisions = decisions
+        self._records = records
+        if self.log is not None:
+            # Refused commands are logged too: a refusal is part of the decision stream.
+            self.log.append(command)
+        self._handlers[type(command)](command)
+        return Outcome(decisions=decisions, records=records)
+
+    def next_wake_at(self, now: float) -> float | None:
+        """The earliest instant at which a Tick would have something to do."""
+        candidates = [
+            self.timers.next_due_at(),
+            self.crons.next_due_at(),
+            self.leases.next_expiry_at(),
+            self.registry.next_deadline_at(),
+        ]
+        if self.waiting and self.queue.depth:
+            candidates.append(self._blocked_until(now))
+        times = [t for t in candidates if t is not None]
+        return min(times) if times else None
+
+    # ------------------------------------------------------------ activities
+
+    def _submit(self, c: cmd.Submit) -> None:
+        now = c.now
+        batch = c.activities
+        if not batch:
+            raise InvalidArgument("submit needs at least one activity", field="activities")
+        if len(batch) > self.config.submit_batch_max:
+            raise InvalidArgument(
+                f"submit batch exceeds {self.config.submit_batch_max}",
+                field="activities",
+                size=len(batch),
+            )
+        seen: set[str] = set()
+        for spec in batch:
+            self._validate_activity(spec, seen)
+        if any(spec.new_workflow for spec in batch):
+            self.backpressure.admit_new_workflow(now)
+        for spec in batch:
+            self._accept(spec, now)
+        self._after(now)
+
+    def _validate_activity(self, a: Activity, seen: set[str]) -> None:
+        aid = a.activity_id
+        if not aid or len(aid) > ID_LENGTH_MAX:
+            raise InvalidArgument("activity_id must be 1..256 characters", field="activity_id")
+        if aid in seen or aid in self.activities or aid in self.finished:
+            raise AlreadyExists(f"activity {aid!r} already exists", activity_id=aid)
+        seen.add(aid)
+        if not a.activity_type:
+            raise InvalidArgument("activity_type must not be empty", activity_id=aid)
+        group = a.policy or self.config.default_policy
+        if group not in self.policies:
+            raise InvalidArgument(
+                f"unknown policy group {group!r}", activity_id=aid, field="policy"
+            )
+        for name, value in (("deadline", a.deadline), ("not_before", a.not_before)):
+            if value is not None and not math.isfinite(value):
+                raise InvalidArgument(f"{name} must be finite", activity_id=aid, field=name)
+        r = a.retry
+        if r.max_attempts < 1 or r.initial_backoff_s < 0 or r.backoff_coefficient < 1:
+            raise InvalidArgument("invalid retry policy", activity_id=aid, field="retry")
+        if r.max_backoff_s < 0 or not 0 <= r.jitter_fraction <= 1:
+            raise InvalidArgument("invalid retry policy", activity_id=aid, field="retry")
+
+    def _accept(self, spec: Activity, now: float) -> None:
+        self.seq += 1
+        a = msgspec.structs.replace(
+            spec,
+            state=S.READY,
+            seq=self.seq,
+            attempt=0,
+            failures=0,
+            infra_requeues=0,
+            steals=0,
+            token=0,
+            worker_id=None,
+            lease_expires_at=0.0,
+            renewable=True,
+            submitted_at=now,
+            queued_at=0.0,
+            queue_ticket=0,
+            last_error=None,
+        )
+        self.activities[a.activity_id] = a
+        self._records.append(ActivitySubmitted(at=now, activity=a))
+        if a.not_before is not None and a.not_before > now:
+            self._to(a, S.DELAYED, "delayed", now, not_before=a.not_before)
+            self.timers.add(a.activity_id, a.not_before, a.seq)
+        else:
+            self._enqueue(a, "submitted", now)
+
+    def _to(
+        self,
+        a: Activity,
+        target: ActivityState,
+        reason: str,
+        now: float,
+        *,
+        not_before: float | None = None,
+        error: str | None = None,
+    ) -> None:
+        """The one place an activity changes state: table check, then a record."""
+        current = a.state
+        if target not in TRANSITIONS[current]:
+            raise IllegalTransition(
+                f"activity {a.activity_id!r} cannot go from {current.value} to {target.value}",
+                activity_id=a.activity_id,
+                current=current.value,
+                target=target.value,
+            )
+        a.state = target
+        self._records.append(
+            Transition(
+                at=now,
+                activity_id=a.activity_id,
+                from_state=current,
+                to_state=target,
+                reason=reason,
+                attempt=a.attempt,
+                failures=a.failures,
+                infra_requeues=a.infra_requeues,
+                token=a.token,
+                worker_id=a.worker_id,
+                lease_expires_at=a.lease_expires_at,
+                not_before=not_before,
+                error=error,
+            )
+        )
+
+    def _group(self, a: Activity) -> str:
+        return a.policy or self.config.default_policy
+
+    def _enqueue(self, a: Activity, reason: str, now: float) -> None:
+        """Into the ready queue, or behind the in-flight activity of its ordering key."""
+        self._to(a, _QUEUED, reason, now)
+        a.queued_at = now
+        a.worker_id = None
+        key = a.ordering_key
+        if key is not None:
+            owner = self.key_owner.get(key)
+            if owner is None:
+                self.key_owner[key] = a.activity_id
+            elif owner != a.activity_id:
+                self.holds.setdefault(key, deque()).append(a)
+                return
+        self._push(a)
+
+    def _push(self, a: Activity) -> None:
+        group = self._group(a)
+        lane = self.queue.lane_for(a, group)
+        self.queue.push(lane, a, self.policies[group].rank(a))
+
+    def _finish(self, a: Activity) -> None:
+        """Forget a terminal activity and let the next of its ordering key go."""
+        del self.activities[a.activity_id]
+        finished = self.finished
+        finished[a.activity_id] = a.state
+        if len(finished) > FINISHED_MEMORY_MAX:
+            del finished[next(iter(finished))]
+        key = a.ordering_key
+        if key is not None and self.key_owner.get(key) == a.activity_id:
+            held = self.holds.get(key)
+            if held:
+                nxt = held.popleft()
+                if not held:
+                    del self.holds[key]
+                self.key_owner[key] = nxt.activity_id
+                self._push(nxt)
+            else:
+                del self.key_owner[key]
+
+    def _get(self, activity_id: str) -> Activity:
+        a = self.activities.get(activity_id)
+        if a is None:
+            state = self.finished.get(activity_id)
+            if state is not None:
+                raise Conflict(
+                    f"activity {activity_id!r} already finished ({state.value})",
+                    activity_id=activity_id,
+                    state=state.value,
+                )
+            raise NotFound(f"unknown activity {activity_id!r}", activity_id=activity_id)
+        return a
+
+    def _get_fenced(self, activity_id: str, token: int, now: float) -> Activity:
+        """The activity if ``token`` is its live lease; StaleLease/LeaseExpired otherwise."""
+        a = self.activities.get(activity_id)
+        if a is None:
+            if activity_id in self.finished:
+                from wf.errors import StaleLease
+
+                raise StaleLease(
+                    f"activity {activity_id!r} already finished; token {token} is stale",
+                    activity_id=activity_id,
+                    token=token,
+                )
+            raise NotFound(f"unknown activity {activity_id!r}", activity_id=activity_id)
+        self.leases.check(a, token, now)
+        return a
+
+    def _cancel(self, c: cmd.Cancel) -> None:
+        now = c.now
+        a = self._get(c.activity_id)
+        state = a.state
+        if state is _QUEUED:
+            self._unqueue(a)
+        elif state is S.DELAYED:
+            self.timers.cancel(a.activity_id)
+        elif state is _LEASED or state is _EXECUTING:
+            self._revoke(a, c.reason)
+        self._to(a, S.CANCELLED, c.reason, now)
+        self._finish(a)
+        self._after(now)
+
+    def _unqueue(self, a: Activity) -> None:
+        """Take a QUEUED activity out of its lane or its ordering hold."""
+        if a.queue_ticket:
+            self.queue.discard(self.queue.lane_for(a, self._group(a)), a)
+        elif a.ordering_key is not None:
+            held = self.holds.get(a.ordering_key)
+            if held is not None and a in held:
+                held.remove(a)
+                if not held:
+                    del self.holds[a.ordering_key]
+
+    # ----------------------------------------------------------------- leases
+
+    def _start(self, c: cmd.StartActivity) -> None:
+        a = self._get_fenced(c.activity_id, c.token, c.now)
+        if a.state is not _LEASED:
+            raise IllegalTransition(
+                f"activity {a.activity_id!r} already started", activity_id=a.activity_id
+            )
+        a.attempt += 1
+        self._to(a, _EXECUTING, "started", c.now)
+
+    def _renew(self, c: cmd.RenewLease) -> None:
+        a = self._get_fenced(c.activity_id, c.token, c.now)
+        expires_at = self.leases.renew(a, c.token, c.now)
+        self._records.append(
+            LeaseRenewed(at=c.now, activity_id=a.activity_id, token=c.token, expires_at=expires_at)
+        )
+
+    def _complete(self, c: cmd.Complete) -> None:
+        now = c.now
+        a = self._get_fenced(c.activity_id, c.token, now)
+        if a.state is not _EXECUTING:
+            raise IllegalTransition(
+                f"activity {a.activity_id!r} was never started", activity_id=a.activity_id
+            )
+        self._release(a)
+        self._to(a, S.COMPLETED, "completed", now)
+        self._decisions.append(
+            ActivityCompleted(
+                activity_id=a.activity_id,
+                workflow_id=a.workflow_id,
+                correlation_id=a.correlation_id,
+                attempt=a.attempt,
+                result=c.result,
+            )
+        )
+        self._finish(a)
+        self._after(now)
+
+    def _fail(self, c: cmd.Fail) -> None:
+        now = c.now
+        a = self._get_fenced(c.activity_id, c.token, now)
+        if a.state is not _EXECUTING:
+            raise IllegalTransition(
+                f"activity {a.activity_id!r} was never started", activity_id=a.activity_id
+            )
+        self._release(a)
+        a.failures += 1
+        error = f"{c.error_type}: {c.message}" if c.message else c.error_type
+        a.last_error = error
+        retry = a.retry
+        if not c.retryable or c.error_type in retry.non_retryable_errors:
+            self._fail_for_good(a, "non_retryable", now, c.error_type, c.message, False)
+        elif a.failures >= retry.max_attempts:
+            self._fail_for_good(a, "retries_exhausted", now, c.error_type, c.message, False)
+        else:
+            delay = retry_delay_s(a)
+            if delay > 0:
+                due = now + delay
+                self._to(a, S.DELAYED, "retry", now, not_before=due, error=error)
+                self.timers.add(a.activity_id, due, a.seq)
+            else:
+                due = now
+                self._enqueue(a, "retry", now)
+            self._decisions.append(
+                RetryScheduled(activity_id=a.activity_id, attempt=a.attempt + 1, not_before=due)
+            )
+        self._after(now)
+
+    def _fail_for_good(
+        self,
+        a: Activity,
+        reason: str,
+        now: float,
+        error_type: str,
+        message: str,
+        may_have_executed: bool,
+    ) -> None:
+        self._to(a, S.FAILED, reason, now, error=a.last_error)
+        self._decisions.append(
+            ActivityFailed(
+                activity_id=a.activity_id,
+                workflow_id=a.workflow_id,
+                correlation_id=a.correlation_id,
+                attempt=a.attempt,
+                reason=reason,
+                error_type=error_type,
+                message=message,
+                may_have_executed=may_have_executed,
+            )
+        )
+        self._finish(a)
+
+    def _release(self, a: Activity) -> None:
+        """The activity's lease ends: free the worker's slot and the limits."""
+        worker_id = a.worker_id
+        assert worker_id is not None
+        worker = self.registry.workers[worker_id]
+        del worker.leases[a.activity_id]
+        self.running -= 1
+        if self._limited:
+            self.limiter.release(a.tenant)
+        self.policies[self._group(a)].on_release(a)
+        if worker.status is WorkerStatus.DRAINING and not worker.leases:
+            worker.status = WorkerStatus.GONE
+            self._worker_record(worker, self._now)
+
+    def _revoke(self, a: Activity, reason: str) -> None:
+        """End the activity's lease and tell its holder (who may still be running it)."""
+        worker_id = a.worker_id
+        assert worker_id is not None
+        self._decisions.append(
+            LeaseRevoked(
+                worker_id=worker_id, activity_id=a.activity_id, token=a.token, reason=reason
+            )
+        )
+        self._release(a)
+
+    def _abandon(self, a: Activity, reason: str, now: float, *, count: bool = True) -> None:
+        """The lease is lost: requeue, or fail closed if it may have run (see module doc)."""
+        executing = a.state is _EXECUTING
+        self._revoke(a, reason)
+        if executing and not (a.idempotent or a.retry.restart_on_abandon):
+            a.last_error = f"lease lost while executing ({reason}); external effects may exist"
+            self._fail_for_good(a, "may_have_executed", now, "LeaseLost", a.last_error, True)
+            return
+        if count:
+            a.infra_requeues += 1
+            if a.infra_requeues > self.config.infra_requeues_max:
+                a.last_error = f"requeued {a.infra_requeues - 1} times after lost leases"
+                self._fail_for_good(
+                    a, "infra_requeues_exhausted", now, "LeaseLost", a.last_error, executing
+                )
+                return
+        self._enqueue(a, reason, now)
+
+    # ---------------------------------------------------------------- workers
+
+    def _worker_record(self, worker: WorkerState, now: float) -> None:
+        self._records.append(
+            WorkerUpserted(
+                at=now,
+                info=worker.info,
+                seq=worker.seq,
+                status=worker.status,
+                registered_at=worker.registered_at,
+            )
+        )
+
+    def _register_worker(self, c: cmd.RegisterWorker) -> None:
+        now = c.now
+        self._now = now
+        old = self.registry.workers.get(c.info.worker_id)
+        was_active = old is not None and old.status is _ACTIVE
+        old_capacity = old.info.max_concurrency if was_active and old is not None else 0
+        worker, changed = self.registry.register(c.info, now)
+        self._signatures[worker.info.worker_id] = worker_signature(worker.info)
+        self.capacity += worker.info.max_concurrency - old_capacity
+        if changed:
+            self._worker_record(worker, now)
+        self._after(now)
+
+    def _heartbeat(self, c: cmd.Heartbeat) -> None:
+        worker = self.registry.get(c.worker_id)
+        if worker.status not in _LIVE_WORKER:
+            raise WorkerNotActive(
+                f"worker {c.worker_id!r} is {worker.status.value}; register again",
+                worker_id=c.worker_id,
+                status=worker.status.value,
+            )
+        self.registry.heartbeat(c.worker_id, c.stats, c.now)
+
+    def _active_worker(self, worker_id: str) -> WorkerState:
+        worker = self.registry.get(worker_id)
+        if worker.status is not _ACTIVE:
+            raise WorkerNotActive(
+                f"worker {worker_id!r} is {worker.status.value}",
+                worker_id=worker_id,
+                status=worker.status.value,
+            )
+        return worker
+
+    def _poll(self, c: cmd.Poll) -> None:
+        if not 1 <= c.max_items <= self.config.poll_items_max:
+            raise InvalidArgument(
+                f"max_items must be 1..{self.config.poll_items_max}", field="max_items"
+            )
+        worker = self._active_worker(c.worker_id)
+        self.registry.touch(worker, c.now)
+        worker.demand = min(c.max_items, worker.free_slots)
+        if worker.demand > 0:
+            self.waiting[worker.info.worker_id] = worker
+        else:
+            self.waiting.pop(worker.info.worker_id, None)
+        self._after(c.now)
+
+    def _cancel_poll(self, c: cmd.CancelPoll) -> None:
+        worker = self.registry.get(c.worker_id)
+        worker.demand = 0
+        self.waiting.pop(c.worker_id, None)
+
+    def _shutdown_worker(self, c: cmd.ShutdownWorker) -> None:
+        now = c.now
+        self._now = now
+        worker = self._active_worker(c.worker_id)
+        worker.status = WorkerStatus.DRAINING
+        worker.demand = 0
+        self.waiting.pop(c.worker_id, None)
+        self.capacity -= worker.info.max_concurrency
+        self._worker_record(worker, now)
+        for aid in list(worker.leases):
+            a = self.activities[aid]
+            if a.state is _LEASED:
+                self._abandon(a, "returned", now, count=False)
+        if not worker.leases:
+            worker.status = WorkerStatus.GONE
+            self._worker_record(worker, now)
+        self._after(now)
+
+    def _workers_lost(self, c: cmd.WorkersLost) -> None:
+        workers = [self.registry.get(wid) for wid in c.worker_ids]
+        self._now = c.now
+        for worker in workers:
+            if worker.status in _LIVE_WORKER:
+                self._lose_worker(worker, c.reason, c.now)
+        self._after(c.now)
+
+    def _lose_worker(self, worker: WorkerState, reason: str, now: float) -> None:
+        if worker.status is _ACTIVE:
+            self.capacity -= worker.info.max_concurrency
+        worker.status = WorkerStatus.FAILED
+        worker.demand = 0
+        self.waiting.pop(worker.info.worker_id, None)
+        self._worker_record(worker, now)
+        self._decisions.append(WorkerFailed(worker_id=worker.info.worker_id, reason=reason))
+        for aid in list(worker.leases):
+            self._abandon(self.activities[aid], reason, now)
+
+    # ------------------------------------------------------------------- cron
+
+    def _register_cron(self, c: cmd.RegisterCron) -> None:
+        if not c.cron_id or len(c.cron_id) > ID_LENGTH_MAX:
+            raise InvalidArgument("cron_id must be 1..256 characters", field="cron_id")
+        self._validate_activity(
+            msgspec.structs.replace(c.template, activity_id=f"{c.cron_id}@0"), set()
+        )
+        entry = self.crons.add(
+            c.cron_id, c.expression, c.timezone, c.now, template=msgspec.json.encode(c.template)
+        )
+        self.cron_templates[c.cron_id] = c.template
+        self._records.append(
+            CronUpserted(
+                at=c.now,
+                cron_id=c.cron_id,
+                expression=entry.expression,
+                timezone=entry.timezone,
+                next_fire_at=entry.next_fire_at,
+                template=c.template,
+            )
+        )
+
+    def _remove_cron(self, c: cmd.RemoveCron) -> None:
+        self.crons.remove(c.cron_id)
+        del self.cron_templates[c.cron_id]
+        self._records.append(CronRemoved(at=c.now, cron_id=c.cron_id))
+
+    def _fire_crons(self, now: float) -> None:
+        for entry, instant, missed in self.crons.due(now):
+            template = self.cron_templates[entry.cron_id]
+            activity_id = f"{entry.cron_id}@{instant:.0f}"
+            fired = self.crons.get(entry.cron_id)
+            assert fired is not None
+            self._records.append(
+                CronUpserted(
+                    at=now,
+                    cron_id=entry.cron_id,
+                    expression=entry.expression,
+                    timezone=entry.timezone,
+                    next_fire_at=fired.next_fire_at,
+                    template=template,
+                )
+            )
+            if activity_id in self.activities or activity_id in self.finished:
+                continue  # Already fired before a restart: an instant fires once.
+            self._accept(
+                msgspec.structs.replace(template, activity_id=activity_id, not_before=None), now
+            )
+            self._decisions.append(
+                CronFired(
+                    cron_id=entry.cron_id, instant=instant, activity_id=activity_id, missed=missed
+                )
+            )
+
+    # ------------------------------------------------------------------- tick
+
+    def _tick(self, c: cmd.Tick) -> None:
+        now = c.now
+        self._now = now
+        for activity_id in self.timers.pop_due(now):
+            self._enqueue(self.activities[activity_id], "timer", now)
+        self._fire_crons(now)
+        for activity_id, token, expires_at in self.leases.pop_expired(now):
+            a = self.activities.get(activity_id)
+            if (
+                a is not None
+                and a.token == token
+                and a.lease_expires_at == expires_at
+                and (a.state is _LEASED or a.state is _EXECUTING)
+            ):
+                self._abandon(a, "lease_expired", now)
+        for worker in self.registry.pop_dead(now):
+            self._lose_worker(worker, "missed_heartbeats", now)
+        self._after(now)
+
+    # --------------------------------------------------------------- dispatch
+
+    def _after(self, now: float) -> None:
+        """Every state-changing command ends here: dispatch, then backpressure."""
+        self._now = now
+        if self.waiting and self.queue.depth:
+            self._dispatch(now)
+        if self.waiting and self.config.stealing.enabled:
+            self._steal(now)
+        bp = self.backpressure
+        change = bp.update(
+            now,
+            queue_depth=self.queue.depth,
+            utilization=self.running / self.capacity if self.capacity else 0.0,
+        )
+        if change is not None:
+            self._decisions.append(
+                BackpressureChanged(
+                    previous=change.previous.value,
+                    level=change.level.value,
+                    queue_depth=change.queue_depth,
+                    utilization=change.utilization,
+                )
+            )
+
+    def _usable_filter(self, now: float) -> Callable[[Lane], bool] | None:
+        if not self._limited:
+            return None
+        blocked = self.limiter.blocked
+
+        def usable(lane: Lane) -> bool:
+            return (
+                blocked(
+                    now,
+                    activity_type=lane.activity_type,
+                    partition=lane.partition,
+                    tenant=lane.tenant,
+                )
+                is None
+            )
+
+        return usable
+
+    def _dispatch(self, now: float) -> None:
+        """Match queued work to waiting workers until one side runs out."""
+        usable = self._usable_filter(now)
+        queue = self.queue
+        slowed = self.backpressure.level is not BackpressureLevel.NORMAL
+        while self.waiting and queue.depth:
+            if len(self.waiting) == 1:
+                worker = next(iter(self.waiting.values()))
+                choice = self._pick(worker, usable)
+                if choice is None:
+                    return
+                lane, policy = choice
+            else:
+                found = self._pick_for_many(usable)
+                if found is None:
+                    return
+                lane, policy, candidates = found
+                head = lane.head()
+                assert head is not None
+                worker = (
+                    candidates[0]
+                    if len(candidates) == 1
+                    else self.balancer.choose(head[3], candidates)
+                )
+            if slowed and not self.backpressure.allow_dispatch(now):
+                return
+            a = queue.pop(lane)
+            self._grant(worker, a, now)
+            policy.record_dispatch(lane, queue.depth_by_level[lane.group])
+
+    def _pick(
+        self, worker: WorkerState, usable: Callable[[Lane], bool] | None
+    ) -> tuple[Lane, SchedulingPolicy] | None:
+        signature = self._signatures[worker.info.worker_id]
+        for group, policy in self._groups_in_turn():
+            lanes = self.queue.eligible_lanes(group, signature)
+            lane = policy.pick(lanes, usable)
+            if lane is not None:
+                return lane, policy
+        return None
+
+    def _groups_in_turn(self) -> list[tuple[str, SchedulingPolicy]]:
+        """Policy groups, rotated so that several groups share workers in turn."""
+        items = list(self.policies.items())
+        if len(items) > 1:
+            shift = self.leases.token % len(items)
+            items = items[shift:] + items[:shift]
+        return items
+
+    def _pick_for_many(
+        self, usable: Callable[[Lane], bool] | None
+    ) -> tuple[Lane, SchedulingPolicy, list[WorkerState]] | None:
+        waiting = sorted(self.waiting.values(), key=lambda w: w.seq)
+        signatures = {self._signatures[w.info.worker_id] for w in waiting}
+        for group, policy in self._groups_in_turn():
+            seen: set[int] = set()
+            lanes: list[Lane] = []
+            for signature in signatures:
+                for lane in self.queue.eligible_lanes(group, signature):
+                    if id(lane) not in seen:
+                        seen.add(id(lane))
+                        lanes.append(lane)
+            picked = policy.pick(lanes, usable)
+            if picked is not None:
+                candidates = [
+                    w for w in waiting if picked.eligible_for(self._signatures[w.info.worker_id])
+                ]
+                return picked, policy, candidates
+        return None
+
+    def _grant(self, worker: WorkerState, a: Activity, now: float) -> None:
+        lease = self.leases.grant(a, worker.info.worker_id, now)
+        self._to(a, _LEASED, "granted", now)
+        worker.leases[a.activity_id] = lease.token
+        worker.demand -= 1
+        if worker.demand <= 0 or worker.free_slots <= 0:
+            worker.demand = 0
+            del self.waiting[worker.info.worker_id]
+        self.running += 1
+        if self._limited:
+            lane = self.queue.lane_for(a, self._group(a))
+            self.limiter.acquire(
+                now, activity_type=a.activity_type, partition=lane.partition, tenant=a.tenant
+            )
+        self.policies[self._group(a)].on_dispatch(a)
+        self._decisions.append(
+            LeaseGranted(
+                lease=lease,
+                activity_type=a.activity_type,
+                workflow_id=a.workflow_id,
+                correlation_id=a.correlation_id,
+                payload=a.payload,
+            )
+        )
+
+    def _eligible(self, worker: WorkerState, a: Activity) -> bool:
+        lane = self.queue.lane_for(a, self._group(a))
+        return lane.eligible_for(self._signatures[worker.info.worker_id])
+
+    def _steal(self, now: float) -> None:
+        """Idle waiting workers take unstarted leases from overloaded ones (bounded)."""
+        for thief in sorted(self.waiting.values(), key=lambda w: w.seq):
+            while thief.demand > 0:
+                found = choose_steal(
+                    thief,
+                    self.registry.workers.values(),
+                    self.activities,
+                    self._eligible,
+                    self.config.stealing,
+                )
+                if found is None:
+                    break
+                victim, a = found
+                self._decisions.append(
+                    LeaseRevoked(
+                        worker_id=victim.info.worker_id,
+                        activity_id=a.activity_id,
+                        token=a.token,
+                        reason="stolen",
+                    )
+                )
+                del victim.leases[a.activity_id]
+                a.steals += 1
+                self._to(a, _QUEUED, "stolen", now)
+                lease = self.leases.grant(a, thief.info.worker_id, now)
+                self._to(a, _LEASED, f"stolen_from:{victim.info.worker_id}", now)
+                thief.leases[a.activity_id] = lease.token
+                thief.demand -= 1
+                self._decisions.append(
+                    LeaseGranted(
+                        lease=lease,
+                        activity_type=a.activity_type,
+                        workflow_id=a.workflow_id,
+                        correlation_id=a.correlation_id,
+                        payload=a.payload,
+                    )
+                )
+            if thief.demand <= 0:
+                thief.demand = 0
+                self.waiting.pop(thief.info.worker_id, None)
+
+    def _blocked_until(self, now: float) -> float | None:
+        """When rate limits or slow dispatch will next let a waiting worker be served."""
+        times: list[float] = []
+        if self.backpressure.level is not BackpressureLevel.NORMAL:
+            t = self.backpressure.next_dispatch_at(now)
+            if t is not None:
+                times.append(t)
+        if self._limited:
+            for lane in self.queue.lanes.values():
+                if lane.size:
+                    t = self.limiter.next_eligible_at(
+                        now, activity_type=lane.activity_type, partition=lane.partition
+                    )
+                    if t is not None:
+                        times.append(t)
+        return min(times) if times else None
+
+    _now: float = 0.0
+
+
+def retry_delay_s(a: Activity) -> float:
+    """Backoff before the next attempt, with deterministic jitter from id and attempt."""
+    r = a.retry
+    base = min(r.initial_backoff_s * r.backoff_coefficient ** (a.failures - 1), r.max_backoff_s)
+    if r.jitter_fraction == 0 or base == 0:
+        return float(base)
+    # A stable hash (not Python's salted hash) keeps replays byte-identical.
+    h = 2166136261
+    for byte in f"{a.activity_id}:{a.failures}".encode():
+        h = ((h ^ byte) * 16777619) & 0xFFFFFFFF
+    return float(base * (1 - r.jitter_fraction * (h / 0xFFFFFFFF)))
+
+
+TERMINAL: Final = TERMINAL_STATES

@@ -1,0 +1,112 @@
+"""Worker registration, heartbeats and failure detection (WF-005 §6, §7, §13).
+
+Theory of operation
+-------------------
+A worker registers with its §6 metadata and renews the registration by
+registering again or by heartbeating; either counts as "seen". A worker
+whose last sign of life is older than ``heartbeat_interval_s ×
+heartbeat_misses_max`` is declared lost by :meth:`WorkerRegistry.pop_dead`.
+Deadlines sit in a min-heap of ``(deadline, seq, worker_id)``; each sign of
+life pushes a fresh entry and older ones are skipped when popped, so a
+heartbeat costs O(log W) and a tick costs only the entries that fell due.
+
+Heartbeat figures are soft state: they drive resource-aware balancing but
+are not persisted. After a restart every recovered worker gets a full grace
+period (its deadline counts from the recovery instant) to heartbeat again.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from wf.errors import InvalidArgument, NotFound
+from wf.scheduler.model import HeartbeatStats, WorkerInfo, WorkerState, WorkerStatus
+
+_LIVE = (WorkerStatus.ACTIVE, WorkerStatus.DRAINING)
+
+
+def validate_worker_info(info: WorkerInfo) -> None:
+    """Raise :class:`InvalidArgument` for registration metadata that cannot be honoured."""
+    if not info.worker_id:
+        raise InvalidArgument("worker_id must not be empty", field="worker_id")
+    if info.max_concurrency < 1 or info.max_concurrency > 100_000:
+        raise InvalidArgument(
+            "max_concurrency must be between 1 and 100000",
+            field="max_concurrency",
+            value=info.max_concurrency,
+        )
+    if not (math.isfinite(info.heartbeat_interval_s) and 0 < info.heartbeat_interval_s <= 3600):
+        raise InvalidArgument(
+            "heartbeat_interval_s must be in (0, 3600]",
+            field="heartbeat_interval_s",
+            value=info.heartbeat_interval_s,
+        )
+
+
+class WorkerRegistry:
+    """Every worker the core knows, with liveness deadlines."""
+
+    __slots__ = ("_deadlines", "misses_max", "seq", "workers")
+
+    def __init__(self, misses_max: int) -> None:
+        self.misses_max = misses_max
+        self.workers: dict[str, WorkerState] = {}
+        self.seq = 0
+        self._deadlines: list[tuple[float, int, str]] = []
+
+    def get(self, worker_id: str) -> WorkerState:
+        """The worker, or :class:`NotFound`."""
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            raise NotFound(f"unknown worker {worker_id!r}", worker_id=worker_id)
+        return worker
+
+    def register(self, info: WorkerInfo, now: float) -> tuple[WorkerState, bool]:
+        """Register or renew; returns the worker and whether its record changed."""
+        validate_worker_info(info)
+        worker = self.workers.get(info.worker_id)
+        if worker is None:
+            self.seq += 1
+            worker = WorkerState(info=info, seq=self.seq, registered_at=now, last_seen_at=now)
+            self.workers[info.worker_id] = worker
+            changed = True
+        else:
+            changed = worker.info != info or worker.status not in _LIVE
+            worker.info = info
+            if worker.status not in _LIVE:
+                worker.status = WorkerStatus.ACTIVE
+                worker.registered_at = now
+        self.touch(worker, now)
+        return worker, changed
+
+    def heartbeat(self, worker_id: str, stats: HeartbeatStats, now: float) -> WorkerState:
+        """Record a heartbeat of a live worker."""
+        worker = self.get(worker_id)
+        worker.stats = stats
+        self.touch(worker, now)
+        return worker
+
+    def touch(self, worker: WorkerState, now: float) -> None:
+        """A sign of life: push the worker's liveness deadline forward."""
+        worker.last_seen_at = now
+        deadline = now + worker.info.heartbeat_interval_s * self.misses_max
+        heapq.heappush(self._deadlines, (deadline, worker.seq, worker.info.worker_id))
+
+    def pop_dead(self, now: float) -> list[WorkerState]:
+        """Live workers whose deadline passed, in (deadline, seq) order."""
+        dead: list[WorkerState] = []
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            deadline, _seq, worker_id = heapq.heappop(heap)
+            worker = self.workers.get(worker_id)
+            if worker is None or worker.status not in _LIVE:
+                continue
+            current = worker.last_seen_at + worker.info.heartbeat_interval_s * self.misses_max
+            if current <= now and current == deadline:
+                dead.append(worker)
+        return dead
+
+    def next_deadline_at(self) -> float | None:
+        """The earliest liveness deadline entry (possibly stale)."""
+        return self._deadlines[0][0] if self._deadlines else None
