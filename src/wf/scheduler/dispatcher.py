@@ -55,6 +55,7 @@ from wf.scheduler.backpressure import BackpressureController, BackpressureLevel
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.cron import CronTable
 from wf.scheduler.lease import LeaseTable
+from wf.scheduler.metrics import CoreMetrics
 from wf.scheduler.load_balancer import LoadBalancer, make_load_balancer
 from wf.scheduler.model import (
     TERMINAL_STATES,
@@ -87,7 +88,7 @@ from wf.scheduler.policies import SchedulingPolicy, make_policy
 from wf.scheduler.queue import Lane, ReadyQueue, WorkerSignature, worker_signature
 from wf.scheduler.rate_limiter import RateLimitConfig, RateLimiter
 from wf.scheduler.stealing import choose_steal
-from wf.scheduler.timer import DelayedTimers
+from wf.scheduler.timer import DelayedTimers, resolve_not_before
 from wf.scheduler.worker_registry import WorkerRegistry
 
 S = ActivityState
@@ -157,6 +158,8 @@ class SchedulerCore:
             cmd.RemoveCron: self._remove_cron,
             cmd.Tick: self._tick,
         }
+        self.metrics = CoreMetrics()
+        """Counters for observability (WF-005 §25)."""
         self.log: list[cmd.Command] | None = None
         """When a list, every command handed to :meth:`handle` is appended (the input log)."""
 
@@ -203,11 +206,23 @@ class SchedulerCore:
         seen: set[str] = set()
         for spec in batch:
             self._validate_activity(spec, seen)
+        # Resolve delay specs before anything changes: a bad spec refuses the batch.
+        if any(spec.delay is not None for spec in batch):
+            batch = tuple(self._resolve_delay(spec, now) for spec in batch)
         if any(spec.new_workflow for spec in batch):
             self.backpressure.admit_new_workflow(now)
         for spec in batch:
             self._accept(spec, now)
         self._after(now)
+
+    @staticmethod
+    def _resolve_delay(spec: Activity, now: float) -> Activity:
+        if spec.delay is None:
+            return spec
+        due = resolve_not_before(spec.delay, now)
+        if spec.not_before is not None:
+            due = max(due, spec.not_before)
+        return msgspec.structs.replace(spec, not_before=due)
 
     def _validate_activity(self, a: Activity, seen: set[str]) -> None:
         aid = a.activity_id
@@ -227,6 +242,10 @@ class SchedulerCore:
             if value is not None and not math.isfinite(value):
                 raise InvalidArgument(f"{name} must be finite", activity_id=aid, field=name)
         r = a.retry
+        if not all(
+            math.isfinite(v) for v in (r.initial_backoff_s, r.backoff_coefficient, r.max_backoff_s)
+        ):
+            raise InvalidArgument("invalid retry policy", activity_id=aid, field="retry")
         if r.max_attempts < 1 or r.initial_backoff_s < 0 or r.backoff_coefficient < 1:
             raise InvalidArgument("invalid retry policy", activity_id=aid, field="retry")
         if r.max_backoff_s < 0 or not 0 <= r.jitter_fraction <= 1:
@@ -252,7 +271,9 @@ class SchedulerCore:
             last_error=None,
         )
         self.activities[a.activity_id] = a
-        self._records.append(ActivitySubmitted(at=now, activity=a))
+        self.metrics.submitted += 1
+        # A copy: the live activity keeps changing after the record is handed out.
+        self._records.append(ActivitySubmitted(at=now, activity=msgspec.structs.replace(a)))
         if a.not_before is not None and a.not_before > now:
             self._to(a, S.DELAYED, "delayed", now, not_before=a.not_before)
             self.timers.add(a.activity_id, a.not_before, a.seq)
@@ -371,6 +392,7 @@ class SchedulerCore:
     def _cancel(self, c: cmd.Cancel) -> None:
         now = c.now
         a = self._get(c.activity_id)
+        self._now = now
         state = a.state
         if state is _QUEUED:
             self._unqueue(a)
@@ -379,6 +401,7 @@ class SchedulerCore:
         elif state is _LEASED or state is _EXECUTING:
             self._revoke(a, c.reason)
         self._to(a, S.CANCELLED, c.reason, now)
+        self.metrics.cancelled += 1
         self._finish(a)
         self._after(now)
 
@@ -407,6 +430,7 @@ class SchedulerCore:
     def _renew(self, c: cmd.RenewLease) -> None:
         a = self._get_fenced(c.activity_id, c.token, c.now)
         expires_at = self.leases.renew(a, c.token, c.now)
+        self.metrics.lease_renewals += 1
         self._records.append(
             LeaseRenewed(at=c.now, activity_id=a.activity_id, token=c.token, expires_at=expires_at)
         )
@@ -414,12 +438,14 @@ class SchedulerCore:
     def _complete(self, c: cmd.Complete) -> None:
         now = c.now
         a = self._get_fenced(c.activity_id, c.token, now)
+        self._now = now
         if a.state is not _EXECUTING:
             raise IllegalTransition(
                 f"activity {a.activity_id!r} was never started", activity_id=a.activity_id
             )
         self._release(a)
         self._to(a, S.COMPLETED, "completed", now)
+        self.metrics.completed += 1
         self._decisions.append(
             ActivityCompleted(
                 activity_id=a.activity_id,
@@ -435,6 +461,7 @@ class SchedulerCore:
     def _fail(self, c: cmd.Fail) -> None:
         now = c.now
         a = self._get_fenced(c.activity_id, c.token, now)
+        self._now = now
         if a.state is not _EXECUTING:
             raise IllegalTransition(
                 f"activity {a.activity_id!r} was never started", activity_id=a.activity_id
@@ -457,6 +484,7 @@ class SchedulerCore:
             else:
                 due = now
                 self._enqueue(a, "retry", now)
+            self.metrics.retries += 1
             self._decisions.append(
                 RetryScheduled(activity_id=a.activity_id, attempt=a.attempt + 1, not_before=due)
             )
@@ -472,6 +500,7 @@ class SchedulerCore:
         may_have_executed: bool,
     ) -> None:
         self._to(a, S.FAILED, reason, now, error=a.last_error)
+        self.metrics.failed += 1
         self._decisions.append(
             ActivityFailed(
                 activity_id=a.activity_id,
@@ -527,6 +556,7 @@ class SchedulerCore:
                     a, "infra_requeues_exhausted", now, "LeaseLost", a.last_error, executing
                 )
                 return
+        self.metrics.requeued += 1
         self._enqueue(a, reason, now)
 
     # ---------------------------------------------------------------- workers
@@ -550,7 +580,8 @@ class SchedulerCore:
         old_capacity = old.info.max_concurrency if was_active and old is not None else 0
         worker, changed = self.registry.register(c.info, now)
         self._signatures[worker.info.worker_id] = worker_signature(worker.info)
-        self.capacity += worker.info.max_concurrency - old_capacity
+        new_capacity = worker.info.max_concurrency if worker.status is _ACTIVE else 0
+        self.capacity += new_capacity - old_capacity
         if changed:
             self._worker_record(worker, now)
         self._after(now)
@@ -607,7 +638,7 @@ class SchedulerCore:
             a = self.activities[aid]
             if a.state is _LEASED:
                 self._abandon(a, "returned", now, count=False)
-        if not worker.leases:
+        if not worker.leases and worker.status is WorkerStatus.DRAINING:
             worker.status = WorkerStatus.GONE
             self._worker_record(worker, now)
         self._after(now)
@@ -627,6 +658,7 @@ class SchedulerCore:
         worker.demand = 0
         self.waiting.pop(worker.info.worker_id, None)
         self._worker_record(worker, now)
+        self.metrics.workers_lost += 1
         self._decisions.append(WorkerFailed(worker_id=worker.info.worker_id, reason=reason))
         for aid in list(worker.leases):
             self._abandon(self.activities[aid], reason, now)
@@ -702,6 +734,7 @@ class SchedulerCore:
                 and a.lease_expires_at == expires_at
                 and (a.state is _LEASED or a.state is _EXECUTING)
             ):
+                self.metrics.expired_leases += 1
                 self._abandon(a, "lease_expired", now)
         for worker in self.registry.pop_dead(now):
             self._lose_worker(worker, "missed_heartbeats", now)
@@ -720,9 +753,11 @@ class SchedulerCore:
         change = bp.update(
             now,
             queue_depth=self.queue.depth,
-            utilization=self.running / self.capacity if self.capacity else 0.0,
+            # Draining workers' running work is not in capacity: clamp to 1.
+            utilization=min(1.0, self.running / self.capacity) if self.capacity else 0.0,
         )
         if change is not None:
+            self.metrics.backpressure_changes += 1
             self._decisions.append(
                 BackpressureChanged(
                     previous=change.previous.value,
@@ -829,6 +864,9 @@ class SchedulerCore:
             worker.demand = 0
             del self.waiting[worker.info.worker_id]
         self.running += 1
+        metrics = self.metrics
+        metrics.dispatched += 1
+        metrics.observe_latency(now - a.queued_at)
         if self._limited:
             lane = self.queue.lane_for(a, self._group(a))
             self.limiter.acquire(
@@ -873,6 +911,7 @@ class SchedulerCore:
                 )
                 del victim.leases[a.activity_id]
                 a.steals += 1
+                self.metrics.steals += 1
                 self._to(a, _QUEUED, "stolen", now)
                 lease = self.leases.grant(a, thief.info.worker_id, now)
                 self._to(a, _LEASED, f"stolen_from:{victim.info.worker_id}", now)
@@ -914,7 +953,11 @@ class SchedulerCore:
 def retry_delay_s(a: Activity) -> float:
     """Backoff before the next attempt, with deterministic jitter from id and attempt."""
     r = a.retry
-    base = min(r.initial_backoff_s * r.backoff_coefficient ** (a.failures - 1), r.max_backoff_s)
+    try:
+        grown = r.initial_backoff_s * r.backoff_coefficient ** (a.failures - 1)
+    except OverflowError:  # many attempts: the delay is capped by max_backoff_s anyway
+        grown = math.inf if r.initial_backoff_s > 0 else 0.0
+    base = min(grown, r.max_backoff_s)
     if r.jitter_fraction == 0 or base == 0:
         return float(base)
     # A stable hash (not Python's salted hash) keeps replays byte-identical.

@@ -26,6 +26,7 @@ from typing import Final
 import msgspec
 
 from wf.errors import IllegalTransition
+from wf.scheduler.timer import DelaySpec
 
 
 class Priority(enum.IntEnum):
@@ -154,7 +155,10 @@ class Activity(msgspec.Struct, kw_only=True, gc=False):
     new_workflow: bool = False
     """This submission starts a workflow; backpressure may refuse it."""
     not_before: float | None = None
-    """Dormant until this instant (WF-005 §17); resolved at the edge."""
+    """Dormant until this instant (WF-005 §17)."""
+    delay: DelaySpec | None = None
+    """A relative delay, absolute instant, zoned wall time or calendar (cron) spec;
+    the core resolves it into ``not_before`` against the submission's ``now``."""
     retry: RetryPolicy = DEFAULT_RETRY
     """Retry policy for the activity's own failures."""
     payload: bytes = b""

@@ -96,6 +96,7 @@ class WorkerRegistry:
     def pop_dead(self, now: float) -> list[WorkerState]:
         """Live workers whose deadline passed, in (deadline, seq) order."""
         dead: list[WorkerState] = []
+        reported: set[str] = set()
         heap = self._deadlines
         while heap and heap[0][0] <= now:
             deadline, _seq, worker_id = heapq.heappop(heap)
@@ -103,7 +104,9 @@ class WorkerRegistry:
             if worker is None or worker.status not in _LIVE:
                 continue
             current = worker.last_seen_at + worker.info.heartbeat_interval_s * self.misses_max
-            if current <= now and current == deadline:
+            # Several signs of life at one instant push equal entries: report a worker once.
+            if current <= now and current == deadline and worker_id not in reported:
+                reported.add(worker_id)
                 dead.append(worker)
         return dead
 
