@@ -20,8 +20,8 @@ from wf.scheduler.load_balancer import BalancingStrategy
 from wf.scheduler.model import Activity, Priority, RetryPolicy, WorkerInfo
 from wf.scheduler.outputs import LeaseGranted
 from wf.scheduler.timer import RelativeDelay
-from wf.testing.cluster import InProcessCluster, Step
 from wf.testing.clock import VirtualClock
+from wf.testing.cluster import InProcessCluster, Step
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 

@@ -18,13 +18,17 @@ years), ``@`` nicknames (``@reboot`` has no meaning here; write ``@daily`` as
 ``R`` -- the last one is random), ``a/n`` without a range, reversed
 (wrapping) ranges, and a day of month that never occurs in the named months.
 
-**Calendar.** croniter and zoneinfo own all calendar arithmetic. We do not
-hand croniter the user's text: we parse each field into its set of values and
-hand croniter a canonical numeric form (``*`` or a comma list). That keeps the
-grammar ours and sidesteps croniter quirks -- it reads an equal range such as
-``5-5`` or ``mon-mon`` as the *whole* cycle, and resolves ``7`` and wrapped
-ranges through special cases. croniter is always given an explicit start, so
-it never reads the clock.
+**Calendar.** croniter owns calendar resolution, including DST gaps and
+folds (contract 004); there is no custom calendar filtering. The fire
+instants are exactly what croniter yields -- given the zone-aware start,
+``day_or=True`` and our canonical expression -- converted to UTC. We do not
+hand croniter the user's text: :func:`validate_cron` parses each field into
+its set of values and croniter gets a canonical numeric form (``*`` or a comma
+list). That is validation, not calendar filtering: it keeps the grammar ours
+and sidesteps croniter quirks -- it reads an equal range such as ``5-5`` or
+``mon-mon`` as the *whole* cycle, and resolves ``7`` and wrapped ranges
+through special cases. croniter is always given an explicit start, so it
+never reads the clock.
 
 **Day of month and day of week** combine as POSIX and Vixie cron specify: if
 either field is exactly ``*`` the other alone restricts the day; if both are
@@ -33,26 +37,23 @@ We do not reproduce Vixie's quirk that makes any field *starting* with ``*``
 (``*/2``) count as unrestricted. A restricted field that covers its whole
 range (``1-31``, ``0-6``) under OR allows every day, so we pass ``*`` for both.
 
-**DST.** croniter's behaviour with zoneinfo (croniter 7, checked in the tests):
+**DST** is croniter's, per 004. What croniter 7 does with zoneinfo (pinned
+by the tests):
 
 * *Gap* (spring forward, e.g. 02:30 does not exist on 2026-03-08 in
   America/New_York or 2026-03-29 in Europe/Berlin): a job with a fixed hour
-  fires once at the first wall time after the gap (03:00 local, the instant of
-  the transition), like Vixie cron; nothing is lost. A job whose hour field
-  covers every hour (``*``, ``*/1``) simply has no occurrence in the missing
-  hour; its cadence in real time is unchanged (01:30 -> 03:30 is one hour).
-  This is croniter's documented and tested behaviour (its
-  ``test_dst_issue90_st31ny``); we keep it.
+  fires once, at the first wall time after the gap (03:00 local, the instant
+  of the transition). A job whose hour field covers every hour (``*``,
+  ``*/1``) has no occurrence in the missing hour; its cadence in real time is
+  unchanged (01:30 -> 03:30 is one hour).
 * *Fold* (fall back, e.g. 02:30 occurs twice on 2026-10-25 in Europe/Berlin,
-  01:30 twice on 2026-11-01 in America/New_York): croniter returns **both**
-  occurrences, so a daily job would run twice. We override that: a wall time
-  fires at most once, at its *first* occurrence (PEP 495 ``fold=0``). Every
-  croniter result that is the second occurrence of an ambiguous wall time is
-  dropped, detected by zoneinfo: the same wall time with ``fold=0`` is an
-  earlier instant. The rule is uniform, so a ``*/15`` job is also silent
-  during the repeated hour (Vixie cron would run such "wildcard" jobs twice);
-  one rule that never duplicates a wall time is easier to reason about and
-  keeps ``(schedule, wall time)`` a unique occurrence key.
+  01:30 twice on 2026-11-01 in America/New_York): croniter yields **both**
+  instants of an ambiguous wall time, so a daily ``30 2 * * *`` job in
+  Europe/Berlin fires at 2026-10-25T00:30Z and again at 01:30Z, and a
+  ``*/30`` job runs through the repeated hour twice. Each is a distinct UTC
+  instant, so each is its own occurrence and instants still strictly
+  increase. Operators who do not want the repeat pick a time outside the
+  repeated hour or a UTC schedule.
 
 **The table.** :class:`CronTable` keeps entries in a dict and a binary heap of
 ``(next_fire_at, cron_id, token)``; removal and rescheduling only retire the
@@ -71,7 +72,7 @@ import re
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Final, NamedTuple
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import msgspec
 from croniter import CroniterError, croniter
@@ -108,8 +109,6 @@ CATCH_UP_SCAN_MAX: Final = 10_000
 """Most missed instants :meth:`CronTable.due` counts one by one before it jumps."""
 ZONE_NAME_LENGTH_MAX: Final = 255
 """Longest time zone name accepted."""
-_FOLD_SKIP_MAX: Final = 10_000
-"""Most consecutive second-occurrence results dropped before we call it a bug."""
 
 _ALLOWED_CHARS_RE: Final = re.compile(r"[A-Za-z0-9*,/\- \t]*", re.ASCII)
 _ITEM_RE: Final = re.compile(
@@ -350,11 +349,20 @@ def resolve_zone(name: str) -> ZoneInfo:
         or name in _HOST_ZONE_ALIASES
     ):
         raise InvalidTimezone(f"{name!r} is not an IANA time zone name", timezone=name)
+    # Membership first: on a case-insensitive file system ZoneInfo would load
+    # "europe/berlin", so the same schedule would be valid on one node only.
+    if name not in _known_zones():
+        raise InvalidTimezone(f"unknown time zone {name!r}", timezone=name)
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        # OSError: a directory such as "America", or a name the file system refuses.
         raise InvalidTimezone(f"unknown time zone {name!r}", timezone=name) from None
+
+
+@functools.cache
+def _known_zones() -> frozenset[str]:
+    """Every IANA zone key on the zone path or in the tzdata package (read once)."""
+    return frozenset(available_timezones())
 
 
 def require_aware(dt: datetime, field: str) -> datetime:
@@ -382,12 +390,6 @@ def require_aware(dt: datetime, field: str) -> datetime:
 # ---------------------------------------------------------------------------
 
 
-def _is_second_occurrence(local: datetime, zone: ZoneInfo) -> bool:
-    """True if ``local`` is the later of two instants that show this wall time."""
-    first = local.replace(tzinfo=zone, fold=0)
-    return first.astimezone(UTC) < local.astimezone(UTC)
-
-
 def _instants_after(
     expression: str, timezone: str, after: datetime, *, prev: bool = False
 ) -> Iterator[datetime]:
@@ -403,7 +405,6 @@ def _instants_after(
         cron = croniter(compiled.canonical, start, ret_type=datetime, day_or=True)
     except (OverflowError, ValueError) as exc:
         raise InvalidArgument(f"cannot start a schedule at {after!r}: {exc}") from None
-    skipped = 0
     while True:
         try:
             local = cron.get_prev() if prev else cron.get_next()
@@ -413,16 +414,6 @@ def _instants_after(
                 expression=expression,
                 timezone=timezone,
             ) from None
-        if _is_second_occurrence(local, zone):
-            skipped += 1
-            if skipped > _FOLD_SKIP_MAX:
-                raise Internal(
-                    "croniter kept returning second occurrences of folded wall times",
-                    expression=expression,
-                    timezone=timezone,
-                )
-            continue
-        skipped = 0
         yield local.astimezone(UTC)
 
 
@@ -458,9 +449,10 @@ def _from_posix(seconds: float, field: str) -> datetime:
     if not math.isfinite(seconds):
         raise InvalidArgument(f"{field} must be finite, got {seconds!r}", field=field)
     try:
-        # Fire instants are whole minutes, so "strictly after t" equals
-        # "strictly after floor(t)"; flooring avoids fromtimestamp rounding a
-        # value just below an instant up onto it.
+        # Fire instants are whole seconds (whole wall minutes, zone offsets in
+        # whole seconds), so "strictly after t" equals "strictly after
+        # floor(t)"; flooring avoids fromtimestamp rounding a value just below
+        # an instant up onto it.
         return datetime.fromtimestamp(math.floor(seconds), UTC)
     except (OverflowError, ValueError, OSError):
         raise InvalidArgument(f"{field} {seconds!r} is out of range", field=field) from None
@@ -629,11 +621,14 @@ class CronTable:
             raise InvalidArgument(f"now must be finite, got {now!r}")
         fired: list[tuple[CronEntry, float, int]] = []
         while self._heap and self._heap[0][0] <= now:
-            item = heapq.heappop(self._heap)
+            item = self._heap[0]
             if not self._is_live(item):
+                heapq.heappop(self._heap)
                 continue
             entry = self._entries[item[1]]
+            # Computed before the pop: if it raises, this entry is unchanged.
             fire_at, missed, next_at = self._catch_up(entry, now)
+            heapq.heappop(self._heap)
             updated = msgspec.structs.replace(entry, next_fire_at=next_at)
             self._entries[entry.cron_id] = updated
             self._push(updated)

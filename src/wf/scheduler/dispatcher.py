@@ -36,7 +36,7 @@ the retry budget.
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -48,20 +48,26 @@ from wf.errors import (
     IllegalTransition,
     InvalidArgument,
     NotFound,
+    Overloaded,
     WorkerNotActive,
 )
 from wf.scheduler import commands as cmd
-from wf.scheduler.backpressure import BackpressureController, BackpressureLevel
+from wf.scheduler.backpressure import (
+    BackpressureConfig,
+    BackpressureController,
+    BackpressureLevel,
+)
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.cron import CronTable
 from wf.scheduler.lease import LeaseTable
-from wf.scheduler.metrics import CoreMetrics
 from wf.scheduler.load_balancer import LoadBalancer, make_load_balancer
+from wf.scheduler.metrics import CoreMetrics
 from wf.scheduler.model import (
     TERMINAL_STATES,
     TRANSITIONS,
     Activity,
     ActivityState,
+    Priority,
     WorkerState,
     WorkerStatus,
 )
@@ -98,6 +104,8 @@ _EXECUTING: Final = S.EXECUTING
 _ACTIVE: Final = WorkerStatus.ACTIVE
 _LIVE_WORKER: Final = (WorkerStatus.ACTIVE, WorkerStatus.DRAINING)
 
+_PRIORITY_VALUES: Final = frozenset(int(p) for p in Priority)
+
 FINISHED_MEMORY_MAX: Final = 100_000
 """Terminal activities remembered (so late calls get StaleLease, not NotFound)."""
 ID_LENGTH_MAX: Final = 256
@@ -113,7 +121,9 @@ class SchedulerCore:
         """Creation sequence of activities (deterministic tie-break)."""
         self.activities: dict[str, Activity] = {}
         """Every unfinished activity, by id."""
-        self.finished: dict[str, ActivityState] = {}
+        # An OrderedDict, because evicting the oldest entry of a plain dict leaves
+        # dead slots that every later next(iter(...)) scans past.
+        self.finished: OrderedDict[str, ActivityState] = OrderedDict()
         """Recently finished activity ids and their terminal state (bounded)."""
         self.queue = ReadyQueue(config.partition_by)
         self.policies: dict[str, SchedulingPolicy] = {
@@ -125,6 +135,7 @@ class SchedulerCore:
         self.limiter = RateLimiter(config.limits)
         self._limited = config.limits != RateLimitConfig()
         self.backpressure = BackpressureController(config.backpressure)
+        self._bp_enabled = config.backpressure != BackpressureConfig()
         self.timers = DelayedTimers()
         self.crons = CronTable()
         self.cron_templates: dict[str, Activity] = {}
@@ -231,6 +242,11 @@ class SchedulerCore:
         if aid in seen or aid in self.activities or aid in self.finished:
             raise AlreadyExists(f"activity {aid!r} already exists", activity_id=aid)
         seen.add(aid)
+        # Wire input is validated by msgspec; in-process callers may pass raw ints.
+        if type(a.priority) is not Priority and a.priority not in _PRIORITY_VALUES:
+            raise InvalidArgument(
+                "priority must be 0 (critical) .. 3 (low)", activity_id=aid, field="priority"
+            )
         if not a.activity_type:
             raise InvalidArgument("activity_type must not be empty", activity_id=aid)
         group = a.policy or self.config.default_policy
@@ -264,7 +280,6 @@ class SchedulerCore:
             token=0,
             worker_id=None,
             lease_expires_at=0.0,
-            renewable=True,
             submitted_at=now,
             queued_at=0.0,
             queue_ticket=0,
@@ -321,9 +336,13 @@ class SchedulerCore:
     def _group(self, a: Activity) -> str:
         return a.policy or self.config.default_policy
 
-    def _enqueue(self, a: Activity, reason: str, now: float) -> None:
-        """Into the ready queue, or behind the in-flight activity of its ordering key."""
-        self._to(a, _QUEUED, reason, now)
+    def _enqueue(self, a: Activity, reason: str, now: float, error: str | None = None) -> None:
+        """Into the ready queue, or behind the in-flight activity of its ordering key.
+
+        Activities sharing an ordering key are ordered by the moment they become
+        ready: a delayed one joins its key's line when its delay ends.
+        """
+        self._to(a, _QUEUED, reason, now, error=error)
         a.queued_at = now
         a.worker_id = None
         key = a.ordering_key
@@ -347,7 +366,7 @@ class SchedulerCore:
         finished = self.finished
         finished[a.activity_id] = a.state
         if len(finished) > FINISHED_MEMORY_MAX:
-            del finished[next(iter(finished))]
+            finished.popitem(last=False)
         key = a.ordering_key
         if key is not None and self.key_owner.get(key) == a.activity_id:
             held = self.holds.get(key)
@@ -483,7 +502,7 @@ class SchedulerCore:
                 self.timers.add(a.activity_id, due, a.seq)
             else:
                 due = now
-                self._enqueue(a, "retry", now)
+                self._enqueue(a, "retry", now, error)
             self.metrics.retries += 1
             self._decisions.append(
                 RetryScheduled(activity_id=a.activity_id, attempt=a.attempt + 1, not_before=due)
@@ -582,6 +601,11 @@ class SchedulerCore:
         self._signatures[worker.info.worker_id] = worker_signature(worker.info)
         new_capacity = worker.info.max_concurrency if worker.status is _ACTIVE else 0
         self.capacity += new_capacity - old_capacity
+        if worker.demand > worker.free_slots:
+            # A lowered max_concurrency shrinks an outstanding poll's demand too.
+            worker.demand = max(0, worker.free_slots)
+            if not worker.demand:
+                self.waiting.pop(worker.info.worker_id, None)
         if changed:
             self._worker_record(worker, now)
         self._after(now)
@@ -709,8 +733,27 @@ class SchedulerCore:
             )
             if activity_id in self.activities or activity_id in self.finished:
                 continue  # Already fired before a restart: an instant fires once.
+            if template.new_workflow:
+                try:
+                    self.backpressure.admit_new_workflow(now)
+                except Overloaded:
+                    # Backpressure applies to recurring starts too; the instant is
+                    # reported as refused rather than queued behind the overload.
+                    self._decisions.append(
+                        CronFired(
+                            cron_id=entry.cron_id,
+                            instant=instant,
+                            activity_id="",
+                            missed=missed,
+                            refused="overloaded",
+                        )
+                    )
+                    continue
             self._accept(
-                msgspec.structs.replace(template, activity_id=activity_id, not_before=None), now
+                msgspec.structs.replace(
+                    template, activity_id=activity_id, not_before=None, delay=None
+                ),
+                now,
             )
             self._decisions.append(
                 CronFired(
@@ -749,8 +792,9 @@ class SchedulerCore:
             self._dispatch(now)
         if self.waiting and self.config.stealing.enabled:
             self._steal(now)
-        bp = self.backpressure
-        change = bp.update(
+        if not self._bp_enabled:
+            return
+        change = self.backpressure.update(
             now,
             queue_depth=self.queue.depth,
             # Draining workers' running work is not in capacity: clamp to 1.
@@ -838,7 +882,9 @@ class SchedulerCore:
         self, usable: Callable[[Lane], bool] | None
     ) -> tuple[Lane, SchedulingPolicy, list[WorkerState]] | None:
         waiting = sorted(self.waiting.values(), key=lambda w: w.seq)
-        signatures = {self._signatures[w.info.worker_id] for w in waiting}
+        # A dict, not a set: its order (waiting workers by seq) is the same in every
+        # process, so a plugin policy that looks at lane order stays deterministic.
+        signatures = dict.fromkeys(self._signatures[w.info.worker_id] for w in waiting)
         for group, policy in self._groups_in_turn():
             seen: set[int] = set()
             lanes: list[Lane] = []

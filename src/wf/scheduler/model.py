@@ -163,6 +163,8 @@ class Activity(msgspec.Struct, kw_only=True, gc=False):
     """Retry policy for the activity's own failures."""
     payload: bytes = b""
     """Opaque arguments for the worker; the scheduler never reads them."""
+    renewable: bool = True
+    """Whether its leases may be renewed (a non-renewable lease must finish within the TTL)."""
 
     state: ActivityState = ActivityState.READY
     """Current lifecycle state."""
@@ -182,8 +184,6 @@ class Activity(msgspec.Struct, kw_only=True, gc=False):
     """Holder of the current lease, if any."""
     lease_expires_at: float = 0.0
     """Expiry of the current lease (meaningful while leased or executing)."""
-    renewable: bool = True
-    """Whether the current lease may be renewed."""
     submitted_at: float = 0.0
     """When the core accepted it."""
     queued_at: float = 0.0

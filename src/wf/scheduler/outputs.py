@@ -97,6 +97,8 @@ class CronFired(_Decision, frozen=True, kw_only=True, tag="cron_fired"):
     activity_id: str
     missed: int
     """Earlier instants coalesced into this firing (the scheduler was behind)."""
+    refused: str | None = None
+    """Set (``overloaded``) when backpressure refused this new-workflow start."""
 
 
 Decision = (

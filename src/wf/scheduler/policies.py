@@ -124,16 +124,23 @@ class StarvationGuard:
 
 
 def _best_priority_lane(
-    lanes: Sequence[Lane], usable: LaneFilter | None, guard: StarvationGuard, rank_first: bool
+    lanes: Sequence[Lane],
+    usable: LaneFilter | None,
+    guard: StarvationGuard,
+    rank_first: bool,
+    tenant: str | None = None,
 ) -> Lane | None:
-    """Best head by (priority, rank, seq) -- or (rank, priority, seq) -- honouring the guard."""
+    """Best head by (priority, rank, seq) -- or (rank, priority, seq) -- honouring the guard.
+
+    With ``tenant``, only that tenant's lanes are considered.
+    """
     due = guard.due_level()
     best: Lane | None = None
     best_key: tuple[Any, ...] = ()
     due_best: Lane | None = None
     due_key: tuple[Any, ...] = ()
     for lane in lanes:
-        if not lane.size:
+        if not lane.size or (tenant is not None and lane.tenant != tenant):
             continue
         entry = lane.head()
         if entry is None or (usable is not None and not usable(lane)):
@@ -268,18 +275,19 @@ class WeightedFairPolicy(_PolicyBase):
     def pick(self, lanes: Sequence[Lane], usable: LaneFilter | None) -> Lane | None:
         best_tenant: str | None = None
         best_order: tuple[float, int, str] = (0.0, 0, "")
+        tenant_order = self._tenant_order
         for lane in lanes:
+            # ``size`` counts live entries only, so a sized lane has a head.
             if not lane.size or lane.tenant == best_tenant:
                 continue
-            if lane.head() is None or (usable is not None and not usable(lane)):
+            if usable is not None and not usable(lane):
                 continue
-            order = self._tenant_order(lane.tenant)
+            order = tenant_order(lane.tenant)
             if best_tenant is None or order < best_order:
                 best_tenant, best_order = lane.tenant, order
         if best_tenant is None:
             return None
-        mine = [lane for lane in lanes if lane.tenant == best_tenant]
-        return _best_priority_lane(mine, usable, self.guard, rank_first=False)
+        return _best_priority_lane(lanes, usable, self.guard, False, best_tenant)
 
     def on_dispatch(self, activity: Activity) -> None:
         super().on_dispatch(activity)

@@ -29,7 +29,7 @@ acknowledged transition.
 from __future__ import annotations
 
 import hashlib
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any
 
 import msgspec
@@ -138,7 +138,7 @@ def restore(snap: CoreSnapshot) -> SchedulerCore:
             core._push(a)
         elif a.state in (ActivityState.LEASED, ActivityState.EXECUTING):
             core.leases.track(a)
-    core.finished = dict(snap.finished)
+    core.finished = OrderedDict(snap.finished)
     for ws in snap.workers:
         worker = msgspec.structs.replace(ws, leases=dict(ws.leases))
         wid = worker.info.worker_id
