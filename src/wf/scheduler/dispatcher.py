@@ -129,6 +129,7 @@ class SchedulerCore:
         self.policies: dict[str, SchedulingPolicy] = {
             name: make_policy(pc.policy, pc.options) for name, pc in config.policies.items()
         }
+        self._group_items = list(self.policies.items())
         self.leases = LeaseTable(config.lease_ttl_s)
         self.registry = WorkerRegistry(config.heartbeat_misses_max)
         self.balancer: LoadBalancer = make_load_balancer(config.balancer)
@@ -856,7 +857,7 @@ class SchedulerCore:
             if slowed and not self.backpressure.allow_dispatch(now):
                 return
             a = queue.pop(lane)
-            self._grant(worker, a, now)
+            self._grant(worker, a, now, lane, policy)
             policy.record_dispatch(lane, queue.depth_by_level[lane.group])
 
     def _pick(
@@ -872,7 +873,7 @@ class SchedulerCore:
 
     def _groups_in_turn(self) -> list[tuple[str, SchedulingPolicy]]:
         """Policy groups, rotated so that several groups share workers in turn."""
-        items = list(self.policies.items())
+        items = self._group_items
         if len(items) > 1:
             shift = self.leases.token % len(items)
             items = items[shift:] + items[:shift]
@@ -901,7 +902,9 @@ class SchedulerCore:
                 return picked, policy, candidates
         return None
 
-    def _grant(self, worker: WorkerState, a: Activity, now: float) -> None:
+    def _grant(
+        self, worker: WorkerState, a: Activity, now: float, lane: Lane, policy: SchedulingPolicy
+    ) -> None:
         lease = self.leases.grant(a, worker.info.worker_id, now)
         self._to(a, _LEASED, "granted", now)
         worker.leases[a.activity_id] = lease.token
@@ -914,11 +917,10 @@ class SchedulerCore:
         metrics.dispatched += 1
         metrics.observe_latency(now - a.queued_at)
         if self._limited:
-            lane = self.queue.lane_for(a, self._group(a))
             self.limiter.acquire(
                 now, activity_type=a.activity_type, partition=lane.partition, tenant=a.tenant
             )
-        self.policies[self._group(a)].on_dispatch(a)
+        policy.on_dispatch(a)
         self._decisions.append(
             LeaseGranted(
                 lease=lease,

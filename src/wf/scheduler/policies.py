@@ -276,15 +276,18 @@ class WeightedFairPolicy(_PolicyBase):
         best_tenant: str | None = None
         best_order: tuple[float, int, str] = (0.0, 0, "")
         tenant_order = self._tenant_order
+        ranked: set[str] = set()
         for lane in lanes:
             # ``size`` counts live entries only, so a sized lane has a head.
-            if not lane.size or lane.tenant == best_tenant:
+            tenant = lane.tenant
+            if not lane.size or tenant in ranked:
                 continue
             if usable is not None and not usable(lane):
                 continue
-            order = tenant_order(lane.tenant)
+            ranked.add(tenant)
+            order = tenant_order(tenant)
             if best_tenant is None or order < best_order:
-                best_tenant, best_order = lane.tenant, order
+                best_tenant, best_order = tenant, order
         if best_tenant is None:
             return None
         return _best_priority_lane(lanes, usable, self.guard, False, best_tenant)

@@ -6,9 +6,11 @@ A worker registers with its §6 metadata and renews the registration by
 registering again or by heartbeating; either counts as "seen". A worker
 whose last sign of life is older than ``heartbeat_interval_s ×
 heartbeat_misses_max`` is declared lost by :meth:`WorkerRegistry.pop_dead`.
-Deadlines sit in a min-heap of ``(deadline, seq, worker_id)``; each sign of
-life pushes a fresh entry and older ones are skipped when popped, so a
-heartbeat costs O(log W) and a tick costs only the entries that fell due.
+Deadlines sit in a min-heap of ``(deadline, seq, worker_id)`` with at most
+one entry per worker: a sign of life only moves ``last_seen_at``, and when an
+entry falls due for a worker that was seen since, it is re-armed at the true
+deadline. So a heartbeat or poll costs O(1), the heap stays at W entries, and
+a tick costs only the entries that fell due.
 
 Heartbeat figures are soft state: they drive resource-aware balancing but
 are not persisted. After a restart every recovered worker gets a full grace
@@ -47,13 +49,14 @@ def validate_worker_info(info: WorkerInfo) -> None:
 class WorkerRegistry:
     """Every worker the core knows, with liveness deadlines."""
 
-    __slots__ = ("_deadlines", "misses_max", "seq", "workers")
+    __slots__ = ("_armed", "_deadlines", "misses_max", "seq", "workers")
 
     def __init__(self, misses_max: int) -> None:
         self.misses_max = misses_max
         self.workers: dict[str, WorkerState] = {}
         self.seq = 0
         self._deadlines: list[tuple[float, int, str]] = []
+        self._armed: set[str] = set()
 
     def get(self, worker_id: str) -> WorkerState:
         """The worker, or :class:`NotFound`."""
@@ -90,24 +93,29 @@ class WorkerRegistry:
     def touch(self, worker: WorkerState, now: float) -> None:
         """A sign of life: push the worker's liveness deadline forward."""
         worker.last_seen_at = now
-        deadline = now + worker.info.heartbeat_interval_s * self.misses_max
-        heapq.heappush(self._deadlines, (deadline, worker.seq, worker.info.worker_id))
+        worker_id = worker.info.worker_id
+        if worker_id not in self._armed:
+            self._armed.add(worker_id)
+            deadline = now + worker.info.heartbeat_interval_s * self.misses_max
+            heapq.heappush(self._deadlines, (deadline, worker.seq, worker_id))
 
     def pop_dead(self, now: float) -> list[WorkerState]:
         """Live workers whose deadline passed, in (deadline, seq) order."""
         dead: list[WorkerState] = []
-        reported: set[str] = set()
         heap = self._deadlines
         while heap and heap[0][0] <= now:
-            deadline, _seq, worker_id = heapq.heappop(heap)
+            _deadline, seq, worker_id = heapq.heappop(heap)
+            self._armed.discard(worker_id)
             worker = self.workers.get(worker_id)
             if worker is None or worker.status not in _LIVE:
                 continue
             current = worker.last_seen_at + worker.info.heartbeat_interval_s * self.misses_max
-            # Several signs of life at one instant push equal entries: report a worker once.
-            if current <= now and current == deadline and worker_id not in reported:
-                reported.add(worker_id)
+            if current <= now:
                 dead.append(worker)
+            else:
+                # Seen since this entry was armed: re-arm at the true deadline.
+                self._armed.add(worker_id)
+                heapq.heappush(heap, (current, seq, worker_id))
         return dead
 
     def next_deadline_at(self) -> float | None:
