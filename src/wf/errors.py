@@ -22,7 +22,9 @@ the caller's fault, and may the same call succeed if retried unchanged?
     │   └── WorkerNotActive        caller   worker failed, drained or gone
     ├── Unauthorized               caller   no valid credential
     ├── Forbidden                  caller   credential lacks the scope
+    ├── OwnershipConflict          server   another scheduler owns the store
     ├── Overloaded                 server   backpressure; retry after ``retry_after_s``
+    ├── StoreUnavailable           server   the store could not commit; retryable
     └── Internal                   server   a bug or an unexpected state
         └── CorruptRecord          server   stored data failed validation (fail closed)
 
@@ -169,6 +171,23 @@ class Forbidden(WfError):
     fault = "caller"
 
 
+class OwnershipConflict(WfError):
+    """Another scheduler instance owns the store; ``details`` name the holder."""
+
+    code = "ownership_conflict"
+    rpc_code = -32041
+    fault = "server"
+
+
+class StoreUnavailable(WfError):
+    """The store could not commit; nothing of the call was stored."""
+
+    code = "store_unavailable"
+    rpc_code = -32042
+    fault = "server"
+    retryable = True
+
+
 class Overloaded(WfError):
     """Backpressure refused new work; retry after ``retry_after_s`` seconds."""
 
@@ -213,6 +232,8 @@ ALL_ERRORS: tuple[type[WfError], ...] = (
     WorkerNotActive,
     Unauthorized,
     Forbidden,
+    OwnershipConflict,
+    StoreUnavailable,
     Overloaded,
     Internal,
     CorruptRecord,

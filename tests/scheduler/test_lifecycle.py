@@ -354,9 +354,14 @@ def _check_accounting(core: SchedulerCore) -> None:
     assert core.capacity == sum(w.info.max_concurrency for w in active)
     queued = [a for a in core.activities.values() if a.state is S.QUEUED]
     in_lanes = [a for a in queued if a.queue_ticket]
-    in_holds = {a.activity_id for hold in core.holds.values() for a in hold}
+    waiting_in_lines = {
+        a.activity_id
+        for line in core.key_lines.values()
+        for a in list(line)[1:]
+        if a.state is S.QUEUED
+    }
     assert core.queue.depth == len(in_lanes)
-    assert {a.activity_id for a in queued if not a.queue_ticket} == in_holds
+    assert {a.activity_id for a in queued if not a.queue_ticket} == waiting_in_lines
     assert {a.activity_id for a in core.queue.queued()} == {a.activity_id for a in in_lanes}
     delayed = {a.activity_id for a in core.activities.values() if a.state is S.DELAYED}
     assert {aid for _, _, aid in core.timers.snapshot()} == delayed
@@ -371,8 +376,10 @@ def _check_accounting(core: SchedulerCore) -> None:
         assert w is workers[worker_id]
         assert w.status is WorkerStatus.ACTIVE
         assert 0 < w.demand <= w.free_slots
-    for key, owner in core.key_owner.items():
-        assert core.activities[owner].ordering_key == key
+    for key, line in core.key_lines.items():
+        seqs = [a.seq for a in line]
+        assert seqs == sorted(seqs)
+        assert all(core.activities[a.activity_id] is a and a.ordering_key == key for a in line)
 
 
 command_step = st.one_of(

@@ -140,10 +140,12 @@ class SchedulerCore:
         self.timers = DelayedTimers()
         self.crons = CronTable()
         self.cron_templates: dict[str, Activity] = {}
-        self.holds: dict[str, deque[Activity]] = {}
-        """Ordering key -> activities waiting behind the key's in-flight one."""
-        self.key_owner: dict[str, str] = {}
-        """Ordering key -> the one activity of that key in the queue or in flight."""
+        self.key_lines: dict[str, deque[Activity]] = {}
+        """Ordering key -> every unfinished activity with that key, in creation order.
+
+        Only the line's head may be in the ready queue or in flight; the others
+        wait (``QUEUED`` without a queue entry, or ``DELAYED``). The lines are a
+        pure function of the activities, so recovery rebuilds them exactly."""
         self.waiting: dict[str, WorkerState] = {}
         """Workers with outstanding poll demand."""
         self._signatures: dict[str, WorkerSignature] = {}
@@ -287,6 +289,8 @@ class SchedulerCore:
             last_error=None,
         )
         self.activities[a.activity_id] = a
+        if a.ordering_key is not None:
+            self.key_lines.setdefault(a.ordering_key, deque()).append(a)
         self.metrics.submitted += 1
         # A copy: the live activity keeps changing after the record is handed out.
         self._records.append(ActivitySubmitted(at=now, activity=msgspec.structs.replace(a)))
@@ -306,7 +310,13 @@ class SchedulerCore:
         not_before: float | None = None,
         error: str | None = None,
     ) -> None:
-        """The one place an activity changes state: table check, then a record."""
+        """The one place an activity changes state: table check, then a record.
+
+        Invariant kept here: ``worker_id`` and ``lease_expires_at`` describe the
+        current lease, so they are cleared when the activity leaves the held
+        states (the record still names the worker involved); a ``DELAYED``
+        activity's ``not_before`` is its due instant.
+        """
         current = a.state
         if target not in TRANSITIONS[current]:
             raise IllegalTransition(
@@ -326,6 +336,7 @@ class SchedulerCore:
                 attempt=a.attempt,
                 failures=a.failures,
                 infra_requeues=a.infra_requeues,
+                steals=a.steals,
                 token=a.token,
                 worker_id=a.worker_id,
                 lease_expires_at=a.lease_expires_at,
@@ -333,6 +344,11 @@ class SchedulerCore:
                 error=error,
             )
         )
+        if target is not _LEASED and target is not _EXECUTING:
+            a.worker_id = None
+            a.lease_expires_at = 0.0
+        if not_before is not None:
+            a.not_before = not_before
 
     def _group(self, a: Activity) -> str:
         return a.policy or self.config.default_policy
@@ -340,20 +356,14 @@ class SchedulerCore:
     def _enqueue(self, a: Activity, reason: str, now: float, error: str | None = None) -> None:
         """Into the ready queue, or behind the in-flight activity of its ordering key.
 
-        Activities sharing an ordering key are ordered by the moment they become
-        ready: a delayed one joins its key's line when its delay ends.
+        Activities sharing an ordering key start strictly in creation order: a
+        later one waits while an earlier one is unfinished, even a delayed one.
         """
         self._to(a, _QUEUED, reason, now, error=error)
         a.queued_at = now
-        a.worker_id = None
         key = a.ordering_key
-        if key is not None:
-            owner = self.key_owner.get(key)
-            if owner is None:
-                self.key_owner[key] = a.activity_id
-            elif owner != a.activity_id:
-                self.holds.setdefault(key, deque()).append(a)
-                return
+        if key is not None and self.key_lines[key][0] is not a:
+            return
         self._push(a)
 
     def _push(self, a: Activity) -> None:
@@ -369,16 +379,16 @@ class SchedulerCore:
         if len(finished) > FINISHED_MEMORY_MAX:
             finished.popitem(last=False)
         key = a.ordering_key
-        if key is not None and self.key_owner.get(key) == a.activity_id:
-            held = self.holds.get(key)
-            if held:
-                nxt = held.popleft()
-                if not held:
-                    del self.holds[key]
-                self.key_owner[key] = nxt.activity_id
-                self._push(nxt)
+        if key is not None:
+            line = self.key_lines[key]
+            if line[0] is a:
+                line.popleft()
+                if line and line[0].state is _QUEUED:
+                    self._push(line[0])
             else:
-                del self.key_owner[key]
+                line.remove(a)  # Only cancellation finishes a waiting member.
+            if not line:
+                del self.key_lines[key]
 
     def _get(self, activity_id: str) -> Activity:
         a = self.activities.get(activity_id)
@@ -426,15 +436,11 @@ class SchedulerCore:
         self._after(now)
 
     def _unqueue(self, a: Activity) -> None:
-        """Take a QUEUED activity out of its lane or its ordering hold."""
+        """Take a QUEUED activity out of its lane."""
+        # A waiting member of an ordering line has no queue entry; _finish
+        # takes it out of its line.
         if a.queue_ticket:
             self.queue.discard(self.queue.lane_for(a, self._group(a)), a)
-        elif a.ordering_key is not None:
-            held = self.holds.get(a.ordering_key)
-            if held is not None and a in held:
-                held.remove(a)
-                if not held:
-                    del self.holds[a.ordering_key]
 
     # ----------------------------------------------------------------- leases
 
@@ -638,7 +644,8 @@ class SchedulerCore:
             )
         worker = self._active_worker(c.worker_id)
         self.registry.touch(worker, c.now)
-        worker.demand = min(c.max_items, worker.free_slots)
+        # free_slots is negative after a re-registration lowered max_concurrency.
+        worker.demand = max(0, min(c.max_items, worker.free_slots))
         if worker.demand > 0:
             self.waiting[worker.info.worker_id] = worker
         else:

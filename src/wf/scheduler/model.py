@@ -297,7 +297,8 @@ class WorkerState(msgspec.Struct, kw_only=True):
 
     @property
     def load(self) -> float:
-        """Fraction of its concurrency in use, 0..1 (more than 1 never happens)."""
+        """Fraction of its concurrency in use: 0..1, above 1 only after a re-registration
+        lowered ``max_concurrency`` below the leases it still holds."""
         return len(self.leases) / self.info.max_concurrency
 
     @property

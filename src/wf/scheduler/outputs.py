@@ -135,6 +135,7 @@ class Transition(_Record, frozen=True, kw_only=True, tag="transition"):
     attempt: int
     failures: int
     infra_requeues: int
+    steals: int = 0
     token: int
     worker_id: str | None = None
     lease_expires_at: float = 0.0

@@ -13,10 +13,14 @@ rules; ``usable`` further hides lanes blocked by a rate or concurrency limit.
 Every built-in policy that honours priority shares :class:`StarvationGuard`:
 when a priority level has had queued work through ``limit`` consecutive
 dispatches of other levels in the same policy group, the next dispatch that
-can serve that level does. Hence the documented bound: **while an eligible
-worker keeps polling, the oldest activity of a waiting level is dispatched
-within ``limit[level] + 3`` dispatches** (the 3 covers the other levels
-falling due at the same moment). Critical work is otherwise strictly first.
+can serve that level does. Hence the documented bound for ``priority`` and
+``deadline_first``: **while an eligible worker keeps polling, the oldest
+activity of a waiting level is dispatched within ``limit[level] + 3``
+dispatches** (the 3 covers the other levels falling due at the same moment).
+Critical work is otherwise strictly first. ``weighted_fair`` and
+``tenant_aware`` pick the tenant first and apply the guard inside the chosen
+tenant, so there the bound counts that tenant's dispatches; across tenants
+the fair share itself guarantees every backlogged tenant its turn.
 
 Weighted fair scheduling counts *running* work (leased or executing), not
 dispatches: the tenant whose running count divided by its weight is lowest

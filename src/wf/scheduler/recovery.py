@@ -40,7 +40,7 @@ from wf.scheduler.backpressure import BackpressureController, BackpressureSnapsh
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.cron import CronEntry, CronTable
 from wf.scheduler.dispatcher import SchedulerCore
-from wf.scheduler.model import Activity, ActivityState, WorkerState, WorkerStatus
+from wf.scheduler.model import Activity, ActivityState, WorkerInfo, WorkerState, WorkerStatus
 from wf.scheduler.outputs import Outcome
 from wf.scheduler.policies import _PolicyBase
 from wf.scheduler.queue import worker_signature
@@ -71,10 +71,6 @@ class CoreSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Every known worker in registration order."""
     waiting: list[str]
     """Workers with poll demand, in the order they began waiting."""
-    holds: dict[str, list[str]]
-    """Ordering key -> ids waiting behind its in-flight activity."""
-    key_owner: dict[str, str]
-    """Ordering key -> its in-flight (or queued) activity."""
     timers: list[tuple[float, int, str]]
     """Dormant activities (due, seq, id)."""
     crons: list[CronEntry]
@@ -109,8 +105,6 @@ def snapshot(core: SchedulerCore) -> CoreSnapshot:
             for w in sorted(core.registry.workers.values(), key=lambda w: w.seq)
         ],
         waiting=list(core.waiting),
-        holds={key: [a.activity_id for a in held] for key, held in core.holds.items()},
-        key_owner=dict(core.key_owner),
         timers=core.timers.snapshot(),
         crons=core.crons.snapshot(),
         cron_templates=dict(core.cron_templates),
@@ -129,12 +123,15 @@ def restore(snap: CoreSnapshot) -> SchedulerCore:
     core.seq = snap.seq
     core.leases.token = snap.token
     core.registry.seq = snap.worker_seq
-    held_ids = {aid for ids in snap.holds.values() for aid in ids}
+    lines = core.key_lines
     for original in snap.activities:
         # Copies, so that the snapshot stays a value even while the core mutates.
         a = msgspec.structs.replace(original, queue_ticket=0)
         core.activities[a.activity_id] = a
-        if a.state is ActivityState.QUEUED and a.activity_id not in held_ids:
+        key = a.ordering_key
+        if key is not None:
+            lines.setdefault(key, deque()).append(a)  # Creation order: seq ascending.
+        if a.state is ActivityState.QUEUED and (key is None or lines[key][0] is a):
             core._push(a)
         elif a.state in (ActivityState.LEASED, ActivityState.EXECUTING):
             core.leases.track(a)
@@ -152,10 +149,6 @@ def restore(snap: CoreSnapshot) -> SchedulerCore:
         for aid in worker.leases:
             _check_lease(core, worker, aid)
     core.waiting = {wid: core.registry.workers[wid] for wid in snap.waiting}
-    core.holds = {
-        key: deque(core.activities[aid] for aid in ids) for key, ids in snap.holds.items()
-    }
-    core.key_owner = dict(snap.key_owner)
     core.timers = DelayedTimers.restore(snap.timers)
     core.crons = CronTable.restore(snap.crons)
     core.cron_templates = dict(snap.cron_templates)
@@ -205,6 +198,55 @@ def recover(snap: CoreSnapshot, now: float) -> tuple[SchedulerCore, Outcome]:
 
 
 _DIGEST_ENCODER = msgspec.json.Encoder(order="sorted")
+
+
+class DurableState(msgspec.Struct, frozen=True, kw_only=True):
+    """The part of the core's state that the store keeps (everything else is soft)."""
+
+    seq: int
+    token: int
+    worker_seq: int
+    activities: list[Activity]
+    workers: list[tuple[str, int, str, float, list[tuple[str, int]]]]
+    """(id, seq, status, registered_at, leases by token) per worker."""
+    worker_infos: list[WorkerInfo]
+    crons: list[tuple[str, str, str, float, Activity]]
+    timers: list[tuple[float, int, str]]
+
+
+def durable_state(core: SchedulerCore) -> DurableState:
+    """The core's durable state in canonical form (soft state left out)."""
+    workers = sorted(core.registry.workers.values(), key=lambda w: w.seq)
+    return DurableState(
+        seq=core.seq,
+        token=core.leases.token,
+        worker_seq=core.registry.seq,
+        activities=[
+            msgspec.structs.replace(a, queue_ticket=0)
+            for a in sorted(core.activities.values(), key=lambda a: a.seq)
+        ],
+        workers=[
+            (
+                w.info.worker_id,
+                w.seq,
+                w.status.value,
+                w.registered_at,
+                sorted(w.leases.items(), key=lambda item: item[1]),
+            )
+            for w in workers
+        ],
+        worker_infos=[w.info for w in workers],
+        crons=[
+            (e.cron_id, e.expression, e.timezone, e.next_fire_at, core.cron_templates[e.cron_id])
+            for e in core.crons.snapshot()
+        ],
+        timers=core.timers.snapshot(),
+    )
+
+
+def durable_digest(core: SchedulerCore) -> str:
+    """SHA-256 of :func:`durable_state`: equal for a core and its recovery from a store."""
+    return hashlib.sha256(_DIGEST_ENCODER.encode(durable_state(core))).hexdigest()
 
 
 def state_digest(core: SchedulerCore) -> str:

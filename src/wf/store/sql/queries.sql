@@ -1,0 +1,159 @@
+-- Named queries shared by both backends. Parameters are written `:name`;
+-- the PostgreSQL backend rewrites them to `%(name)s`. Each query starts with
+-- `-- name: <name>` and a one-line description.
+
+-- name: insert_activity
+-- A newly accepted activity (ActivitySubmitted).
+INSERT INTO activities (
+    activity_id, seq, spec, state, attempt, failures, infra_requeues, steals, token,
+    worker_id, lease_expires_at, not_before, queued_at, last_error, submitted_at, updated_at
+) VALUES (
+    :activity_id, :seq, :spec, :state, 0, 0, 0, 0, 0,
+    NULL, 0, :not_before, 0, NULL, :at, :at
+);
+
+-- name: apply_transition
+-- Move an activity's lifecycle columns to the state a Transition record describes.
+-- queued_at moves when the core enqueues; a steal passes through 'queued' without
+-- entering the queue, so it keeps queued_at (as the core does).
+UPDATE activities SET
+    state = :to_state,
+    attempt = :attempt,
+    failures = :failures,
+    infra_requeues = :infra_requeues,
+    steals = :steals,
+    token = :token,
+    worker_id = :held_worker_id,
+    lease_expires_at = :held_expires_at,
+    not_before = COALESCE(:not_before, not_before),
+    queued_at = CASE WHEN :to_state = 'queued' AND :reason <> 'stolen' THEN :at
+                     ELSE queued_at END,
+    last_error = COALESCE(:error, last_error),
+    updated_at = :at
+WHERE activity_id = :activity_id;
+
+-- name: insert_transition
+-- Append one Transition record to the audit history.
+INSERT INTO transitions (
+    activity_id, at, from_state, to_state, reason, attempt, failures, infra_requeues,
+    steals, token, worker_id, lease_expires_at, not_before, error
+) VALUES (
+    :activity_id, :at, :from_state, :to_state, :reason, :attempt, :failures, :infra_requeues,
+    :steals, :token, :worker_id, :lease_expires_at, :not_before, :error
+);
+
+-- name: renew_lease
+-- A lease's new expiry (LeaseRenewed); a stale token updates nothing.
+UPDATE activities SET lease_expires_at = :expires_at, updated_at = :at
+WHERE activity_id = :activity_id AND token = :token;
+
+-- name: upsert_worker
+-- A worker's registration or status (WorkerUpserted).
+INSERT INTO workers (worker_id, seq, info, status, registered_at, updated_at)
+VALUES (:worker_id, :seq, :info, :status, :registered_at, :at)
+ON CONFLICT (worker_id) DO UPDATE SET
+    info = excluded.info,
+    status = excluded.status,
+    registered_at = excluded.registered_at,
+    updated_at = excluded.updated_at;
+
+-- name: upsert_cron
+-- A cron entry registered or advanced (CronUpserted).
+INSERT INTO crons (cron_id, expression, timezone, next_fire_at, template, updated_at)
+VALUES (:cron_id, :expression, :timezone, :next_fire_at, :template, :at)
+ON CONFLICT (cron_id) DO UPDATE SET
+    expression = excluded.expression,
+    timezone = excluded.timezone,
+    next_fire_at = excluded.next_fire_at,
+    template = excluded.template,
+    updated_at = excluded.updated_at;
+
+-- name: delete_cron
+-- A cron entry removed (CronRemoved).
+DELETE FROM crons WHERE cron_id = :cron_id;
+
+-- name: raise_counter
+-- Move a counter forward (never backwards).
+UPDATE counters SET value = :value WHERE name = :name AND value < :value;
+
+-- name: select_counters
+-- Every counter.
+SELECT name, value FROM counters;
+
+-- name: select_live_activities
+-- Unfinished activities in creation order, for recovery.
+SELECT activity_id, seq, spec, state, attempt, failures, infra_requeues, steals, token,
+       worker_id, lease_expires_at, not_before, queued_at, last_error, submitted_at
+FROM activities
+WHERE state NOT IN ('completed', 'failed', 'cancelled')
+ORDER BY seq;
+
+-- name: select_live_specs
+-- Unfinished activities in creation order: the spec and the columns every live
+-- activity sets; `touched` is true when any other lifecycle column is not at its
+-- default (read those few rows with select_lifecycle).
+SELECT activity_id, spec, state, queued_at, not_before,
+       (attempt <> 0 OR failures <> 0 OR infra_requeues <> 0 OR steals <> 0 OR token <> 0
+        OR worker_id IS NOT NULL OR lease_expires_at <> 0 OR last_error IS NOT NULL)
+           AS touched
+FROM activities
+WHERE state NOT IN ('completed', 'failed', 'cancelled')
+ORDER BY seq;
+
+-- name: select_recent_finished
+-- The most recently finished activities, newest first (in the order they finished).
+SELECT activity_id, to_state FROM transitions
+WHERE to_state IN ('completed', 'failed', 'cancelled')
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: select_workers
+-- Every worker in registration order.
+SELECT worker_id, seq, info, status, registered_at FROM workers ORDER BY seq;
+
+-- name: select_crons
+-- Every cron entry.
+SELECT cron_id, expression, timezone, next_fire_at, template FROM crons ORDER BY cron_id;
+
+-- name: select_history
+-- One activity's transitions, oldest first.
+SELECT activity_id, at, from_state, to_state, reason, attempt, failures, infra_requeues,
+       steals, token, worker_id, lease_expires_at, not_before, error
+FROM transitions WHERE activity_id = :activity_id ORDER BY id;
+
+-- name: check_orphan_transitions
+-- Transitions whose activity does not exist.
+SELECT t.id, t.activity_id FROM transitions t
+LEFT JOIN activities a ON a.activity_id = t.activity_id
+WHERE a.activity_id IS NULL;
+
+-- name: check_unknown_lease_holders
+-- Held activities whose worker is not registered.
+SELECT a.activity_id, a.worker_id FROM activities a
+LEFT JOIN workers w ON w.worker_id = a.worker_id
+WHERE a.state IN ('leased', 'executing') AND a.worker_id IS NOT NULL
+  AND w.worker_id IS NULL;
+
+-- name: check_held_without_worker
+-- Held activities with no worker or no token.
+SELECT activity_id, state FROM activities
+WHERE state IN ('leased', 'executing') AND (worker_id IS NULL OR token = 0);
+
+-- name: check_last_transition_mismatch
+-- Activities whose state disagrees with their last transition.
+SELECT a.activity_id, a.state, t.to_state FROM activities a
+JOIN transitions t ON t.id = (
+    SELECT MAX(t2.id) FROM transitions t2 WHERE t2.activity_id = a.activity_id
+)
+WHERE a.state <> t.to_state;
+
+-- name: check_counters_behind
+-- Counters lower than what the rows show (would let a token or seq be reused).
+SELECT 'seq' AS name, (SELECT value FROM counters WHERE name = 'seq') AS value,
+       (SELECT COALESCE(MAX(seq), 0) FROM activities) AS observed
+UNION ALL
+SELECT 'token', (SELECT value FROM counters WHERE name = 'token'),
+       (SELECT COALESCE(MAX(token), 0) FROM activities)
+UNION ALL
+SELECT 'worker_seq', (SELECT value FROM counters WHERE name = 'worker_seq'),
+       (SELECT COALESCE(MAX(seq), 0) FROM workers);
