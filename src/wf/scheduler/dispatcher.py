@@ -63,6 +63,7 @@ from wf.scheduler.lease import LeaseTable
 from wf.scheduler.load_balancer import LoadBalancer, make_load_balancer
 from wf.scheduler.metrics import CoreMetrics
 from wf.scheduler.model import (
+    DEFAULT_RETRY,
     TERMINAL_STATES,
     TRANSITIONS,
     Activity,
@@ -257,10 +258,13 @@ class SchedulerCore:
             raise InvalidArgument(
                 f"unknown policy group {group!r}", activity_id=aid, field="policy"
             )
-        for name, value in (("deadline", a.deadline), ("not_before", a.not_before)):
-            if value is not None and not math.isfinite(value):
-                raise InvalidArgument(f"{name} must be finite", activity_id=aid, field=name)
+        if a.deadline is not None and not math.isfinite(a.deadline):
+            raise InvalidArgument("deadline must be finite", activity_id=aid, field="deadline")
+        if a.not_before is not None and not math.isfinite(a.not_before):
+            raise InvalidArgument("not_before must be finite", activity_id=aid, field="not_before")
         r = a.retry
+        if r is DEFAULT_RETRY:
+            return  # The shared default is valid; most submissions use it.
         if not all(
             math.isfinite(v) for v in (r.initial_backoff_s, r.backoff_coefficient, r.max_backoff_s)
         ):
