@@ -86,6 +86,7 @@ def _submission(a: Activity) -> Activity:
         a,
         state=ActivityState.READY,
         queue_ticket=0,
+        tenant=d["tenant"] if a.tenant == d["tenant"] else a.tenant,
         capabilities=a.capabilities or d["capabilities"],
         retry=d["retry"] if a.retry == d["retry"] else a.retry,
         lease_expires_at=a.lease_expires_at or d["lease_expires_at"],

@@ -90,12 +90,10 @@ ORDER BY seq;
 
 -- name: select_live_specs
 -- Unfinished activities in creation order: the spec and the columns every live
--- activity sets; `touched` is true when any other lifecycle column is not at its
--- default (read those few rows with select_lifecycle).
-SELECT activity_id, spec, state, queued_at, not_before,
-       (attempt <> 0 OR failures <> 0 OR infra_requeues <> 0 OR steals <> 0 OR token <> 0
-        OR worker_id IS NOT NULL OR lease_expires_at <> 0 OR last_error IS NOT NULL)
-           AS touched
+-- activity sets; `leased_ever` (token <> 0) marks the rows whose other lifecycle
+-- columns may have moved (only a lease moves them; check_lifecycle_without_lease
+-- reports rows that break this), read by id afterwards.
+SELECT activity_id, spec, state, queued_at, not_before, token <> 0 AS leased_ever
 FROM activities
 WHERE state NOT IN ('completed', 'failed', 'cancelled')
 ORDER BY seq;
@@ -157,3 +155,10 @@ SELECT 'token', (SELECT value FROM counters WHERE name = 'token'),
 UNION ALL
 SELECT 'worker_seq', (SELECT value FROM counters WHERE name = 'worker_seq'),
        (SELECT COALESCE(MAX(seq), 0) FROM workers);
+
+-- name: check_lifecycle_without_lease
+-- Activities whose lease-driven columns moved although they were never leased (token 0).
+SELECT activity_id, state FROM activities
+WHERE token = 0
+  AND (attempt <> 0 OR failures <> 0 OR infra_requeues <> 0 OR steals <> 0
+       OR worker_id IS NOT NULL OR lease_expires_at <> 0 OR last_error IS NOT NULL);

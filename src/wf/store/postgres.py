@@ -1,0 +1,719 @@
+"""The PostgreSQL store: one schema per store, a group-commit writer, pooled reads.
+
+Theory of operation
+-------------------
+Everything lives in one PostgreSQL schema (``search_path`` is set on every
+connection), so several stores can share a database and a test can drop its
+schema afterwards.
+
+*Migrations.* :meth:`PostgresStore.open` creates the schema and applies the
+files of ``sql/postgres/`` in one transaction that first takes
+``pg_advisory_xact_lock`` on a key derived from the schema name: two nodes
+starting at once serialize, and the second finds nothing left to do. A schema
+newer than this code is refused (:class:`~wf.errors.CorruptRecord`).
+
+*Group commit.* One writer task owns one connection. :meth:`append` plans its
+steps (:func:`wf.store.codec.plan_writes`) and queues them with a future; the
+writer takes every queued append (up to :data:`WRITE_BATCH_STEPS_MAX` steps,
+never splitting one), sends them as one pipelined transaction
+(``executemany`` per run of equal queries), raises the counters, commits and
+resolves the futures. If the transaction fails, every append of the group
+fails with :class:`~wf.errors.StoreUnavailable` and nothing of any of them is
+stored; appends are not retried one by one, because a later append was
+computed from core state that includes the earlier ones. Two failures are
+handled below the caller: a session found broken before ``COMMIT`` was sent
+stored nothing, so the group is sent again once on a fresh session; a
+session that broke while ``COMMIT`` was in flight leaves the outcome in
+doubt, so the transaction id fetched before the commit is looked up with
+``pg_xact_status`` and a group that did commit is acknowledged.
+
+*Ownership.* :meth:`acquire_ownership` takes a session-level
+``pg_try_advisory_lock`` (key derived from the schema name) on the writer's
+own connection and labels it in the ``owner`` table. Holding the lock in the
+session that writes is the fence: a session that lost the lock (killed,
+network cut) is gone, and its replacement must take the lock again before it
+writes anything. If another scheduler took it meanwhile, this store's appends
+fail from then on and that scheduler is named. The lock dies with the
+session, so a killed owner never blocks the next one.
+
+*Reads* use a connection pool: :meth:`load` reads in one ``REPEATABLE READ``
+read-only transaction (a consistent snapshot) with a binary server-side
+cursor fetched in chunks of :data:`LOAD_FETCH_ROWS`. Malformed rows come back
+as diagnostics and are left out (fail closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeAlias
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from wf.errors import CorruptRecord, Internal, InvalidArgument, OwnershipConflict, StoreUnavailable
+from wf.scheduler.model import Activity, ActivityState
+from wf.scheduler.outputs import Record, Transition
+from wf.store import codec, rows
+from wf.store.protocol import Diagnostic, OwnerInfo, StoredState
+
+Conn: TypeAlias = psycopg.AsyncConnection[tuple[Any, ...]]
+_Phase: TypeAlias = Literal["new", "opening", "open", "closing", "closed"]
+
+WRITE_BATCH_STEPS_MAX: Final = 20_000
+"""Most SQL steps in one group-commit transaction (one append is never split)."""
+APPEND_QUEUE_MAX: Final = 4_096
+"""Most appends waiting for the writer; further callers wait to enqueue."""
+LOAD_FETCH_ROWS: Final = 10_000
+"""Rows per fetch from a server-side cursor."""
+IDS_PER_QUERY_MAX: Final = 10_000
+"""Most ids in one ``= ANY(...)`` lookup."""
+WRITE_ATTEMPTS_MAX: Final = 2
+"""Sends of one group: a second only when the session broke before COMMIT was sent."""
+CONNECT_TIMEOUT_S: Final = 10
+"""Give up opening a connection after this long."""
+POOL_TIMEOUT_S: Final = 10.0
+"""Give up waiting for a pooled read connection after this long."""
+IN_DOUBT_POLLS_MAX: Final = 50
+"""Looks at an in-doubt commit's status before calling it lost."""
+IN_DOUBT_POLL_PAUSE_S: Final = 0.02
+"""Pause between two such looks (the killed backend may still be exiting)."""
+HOLDER_READS_MAX: Final = 25
+"""Reads of the ``owner`` row while it may still name a previous holder."""
+HOLDER_READ_PAUSE_S: Final = 0.02
+"""Pause between two such reads."""
+
+_SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+# PostgreSQL-only statements (advisory locks, arrays, the owner label).
+_BOOTSTRAP: Final = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)"""
+_SELECT_MIGRATIONS: Final = "SELECT version, name FROM schema_migrations ORDER BY version"
+_INSERT_MIGRATION: Final = "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)"
+_SELECT_VERSION: Final = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations"
+_TRY_LOCK: Final = "SELECT pg_try_advisory_lock(%s::bigint)"
+_UNLOCK: Final = "SELECT pg_advisory_unlock(%s::bigint)"
+_UPSERT_OWNER: Final = """
+INSERT INTO owner (id, host, pid, since, backend_pid)
+VALUES (1, %(host)s, %(pid)s, %(since)s, pg_backend_pid())
+ON CONFLICT (id) DO UPDATE SET
+    host = excluded.host, pid = excluded.pid, since = excluded.since,
+    backend_pid = excluded.backend_pid"""
+_DELETE_OWNER: Final = "DELETE FROM owner WHERE backend_pid = pg_backend_pid()"
+_SELECT_HOLDER: Final = """
+SELECT o.host, o.pid, o.since, o.backend_pid IS NOT DISTINCT FROM (
+    SELECT l.pid FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND ((l.classid::bigint << 32) | l.objid::bigint) = %(key)s::bigint
+    LIMIT 1
+) AS current
+FROM owner o WHERE o.id = 1"""
+_SELECT_EXISTING: Final = "SELECT activity_id FROM activities WHERE activity_id = ANY(%s)"
+_SELECT_ALL_ACTIVITIES: Final = """
+SELECT activity_id, seq, spec, state, attempt, failures, infra_requeues, steals, token,
+       worker_id, lease_expires_at, not_before, queued_at, last_error, submitted_at
+FROM activities ORDER BY seq"""
+_XACT_ID: Final = "SELECT pg_current_xact_id()::text"
+_XACT_STATUS: Final = "SELECT pg_xact_status(%s::xid8)"
+
+
+def _lock_key(purpose: str, schema: str) -> int:
+    digest = hashlib.blake2b(f"wf:{purpose}:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def ownership_lock_key(schema: str) -> int:
+    """The session advisory-lock key that proves ownership of ``schema``'s store."""
+    return _lock_key("owner", schema)
+
+
+def migration_lock_key(schema: str) -> int:
+    """The transaction advisory-lock key that serializes migrations of ``schema``."""
+    return _lock_key("migrate", schema)
+
+
+def writer_application_name(schema: str) -> str:
+    """``application_name`` of the writer's session (find it in ``pg_stat_activity``)."""
+    return f"wf-writer:{schema}"[:63]
+
+
+def reader_application_name(schema: str) -> str:
+    """``application_name`` of the pooled read sessions."""
+    return f"wf-reader:{schema}"[:63]
+
+
+@dataclass(slots=True)
+class _Append:
+    steps: list[codec.Step]
+    counters: dict[str, int]
+    future: asyncio.Future[None]
+
+
+class _CommitFailed(Exception):
+    """A group's transaction did not commit; ``resend`` when it may be sent again
+    (the session broke before COMMIT was sent, so nothing of it is stored)."""
+
+    def __init__(self, error: StoreUnavailable, *, resend: bool = False) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.resend = resend
+
+
+class PostgresStore:
+    """The :class:`~wf.store.protocol.Store` on PostgreSQL (see the module docstring)."""
+
+    def __init__(self, dsn: str, *, schema: str = "wf", pool_max: int = 8) -> None:
+        if not _SCHEMA_NAME.match(schema):
+            raise InvalidArgument(
+                "a store schema name is lower-case letters, digits and '_' (at most 63)",
+                schema=schema,
+            )
+        if pool_max < 1:
+            raise InvalidArgument("pool_max must be at least 1", pool_max=pool_max)
+        self._dsn = dsn
+        self._schema = schema
+        self._owner_key = ownership_lock_key(schema)
+        self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=pool_max,
+            open=False,
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                "application_name": reader_application_name(schema),
+            },
+            configure=self._configure,
+            check=AsyncConnectionPool.check_connection,
+            timeout=POOL_TIMEOUT_S,
+            name=f"wf-store-{schema}",
+        )
+        self._queue: asyncio.Queue[_Append | None] = asyncio.Queue(APPEND_QUEUE_MAX)
+        self._writer: asyncio.Task[None] | None = None
+        self._appending = 0
+        """Appends between their entry and their outcome (close() waits for them)."""
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+        self._wconn: Conn | None = None
+        self._wlock = asyncio.Lock()
+        self._owner: OwnerInfo | None = None
+        """Ownership wanted: the writer's session must hold the lock before writing."""
+        self._wconn_owns = False
+        self._ownership_lost: OwnershipConflict | None = None
+        self._state: _Phase = "new"
+
+    # -- lifecycle --------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, create the schema, apply pending migrations, start the writer."""
+        if self._state != "new":
+            raise Internal(f"PostgresStore.open called on a {self._state} store")
+        self._state = "opening"
+        try:
+            self._wconn = await self._connect_writer()
+            await self._migrate(self._wconn)
+            await self._pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+        except psycopg.Error as exc:
+            await self._discard_connections()
+            self._state = "closed"
+            raise StoreUnavailable(
+                f"cannot open the PostgreSQL store: {exc}", schema=self._schema
+            ) from exc
+        except BaseException:
+            await self._discard_connections()
+            self._state = "closed"
+            raise
+        self._writer = asyncio.create_task(self._run_writer(), name=f"wf-writer-{self._schema}")
+        self._state = "open"
+
+    async def close(self) -> None:
+        """Flush pending appends, stop the writer, release ownership, disconnect."""
+        if self._state in ("closed", "new"):
+            self._state = "closed"
+            return
+        self._state = "closing"
+        # Appends already under way (even waiting for room in the queue) are flushed.
+        await self._quiet.wait()
+        if self._writer is not None:
+            await self._queue.put(None)
+            await self._writer
+            self._writer = None
+        await self.release_ownership()
+        await self._discard_connections()
+        self._state = "closed"
+
+    async def _discard_connections(self) -> None:
+        if self._wconn is not None:
+            await self._wconn.close()
+            self._wconn = None
+        await self._pool.close()
+
+    def _require_open(self) -> None:
+        if self._state != "open":
+            raise StoreUnavailable(f"the store is {self._state}", schema=self._schema)
+
+    async def _configure(self, conn: Conn) -> None:
+        await conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self._schema)))
+
+    async def _connect_writer(self) -> Conn:
+        conn = await psycopg.AsyncConnection.connect(
+            self._dsn,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            application_name=writer_application_name(self._schema),
+        )
+        try:
+            await self._configure(conn)
+            # Acknowledged means durable, whatever the server's default.
+            await conn.execute("SET synchronous_commit TO on")
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _migrate(self, conn: Conn) -> None:
+        known = codec.migrations("postgres")
+        newest = known[-1][0]
+        async with conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(%s::bigint)", [migration_lock_key(self._schema)]
+            )
+            await conn.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
+            )
+            await conn.execute(_BOOTSTRAP)
+            cur = await conn.execute(_SELECT_MIGRATIONS)
+            applied: dict[int, str] = {int(v): str(n) for v, n in await cur.fetchall()}
+            if applied and max(applied) > newest:
+                raise CorruptRecord(
+                    f"schema {self._schema!r} is at version {max(applied)}, newer than this "
+                    f"wf understands ({newest}); upgrade wf",
+                    schema=self._schema,
+                    version=max(applied),
+                    known=newest,
+                )
+            for version, name, text in known:
+                if version in applied:
+                    continue
+                await conn.execute(text)
+                await conn.execute(_INSERT_MIGRATION, [version, name])
+
+    async def schema_version(self) -> int:
+        """The highest applied migration version."""
+        self._require_open()
+        async with self._reading() as conn:
+            cur = await conn.execute(_SELECT_VERSION)
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    # -- ownership --------------------------------------------------------
+
+    async def acquire_ownership(self, owner: OwnerInfo) -> None:
+        """Hold the schema's advisory lock in the writer's session, or raise
+        :class:`~wf.errors.OwnershipConflict` naming the holder."""
+        self._require_open()
+        async with self._wlock:
+            if self._owner is not None and self._wconn_owns:
+                return
+            lost, self._ownership_lost = self._ownership_lost, None
+            self._owner = owner
+            try:
+                await self._writer_connection()
+            except OwnershipConflict as exc:
+                self._owner = None
+                self._ownership_lost = exc if lost is not None else None  # still fenced
+                raise
+            except (psycopg.Error, OSError) as exc:
+                self._owner = None
+                self._ownership_lost = lost
+                raise StoreUnavailable(
+                    f"cannot take ownership: {exc}", schema=self._schema
+                ) from exc
+
+    async def release_ownership(self) -> None:
+        """Drop the lock and its label (idempotent; a broken session already lost both).
+
+        This also lifts the fence of an owner that lost ownership: from then on
+        this store writes as a non-owner (tooling), so a scheduler that lost
+        ownership should stop rather than release and carry on.
+        """
+        async with self._wlock:
+            self._owner = None
+            self._ownership_lost = None
+            if not self._wconn_owns:
+                return
+            self._wconn_owns = False
+            conn = self._wconn
+            if conn is None or conn.closed:
+                return
+            try:
+                # Unlock first: the next owner may label itself at once, and this
+                # delete only ever removes this session's own label.
+                await conn.execute(_UNLOCK, [self._owner_key])
+                await conn.execute(_DELETE_OWNER)
+            except psycopg.Error:
+                # The session is unusable; closing it is what releases the lock.
+                await conn.close()
+                self._wconn = None
+
+    async def _take_lock(self, conn: Conn, owner: OwnerInfo) -> None:
+        cur = await conn.execute(_TRY_LOCK, [self._owner_key])
+        row = await cur.fetchone()
+        if not (row and row[0]):
+            raise await self._conflict(conn)
+        try:
+            await conn.execute(
+                _UPSERT_OWNER, {"host": owner.host, "pid": owner.pid, "since": owner.since}
+            )
+        except BaseException:
+            if not conn.closed and not conn.broken:
+                await conn.execute(_UNLOCK, [self._owner_key])
+            raise
+        self._wconn_owns = True
+
+    async def _conflict(self, conn: Conn) -> OwnershipConflict:
+        """The conflict error, naming the holder once its label is written."""
+        holder: tuple[Any, ...] | None = None
+        for attempt in range(HOLDER_READS_MAX):
+            cur = await conn.execute(_SELECT_HOLDER, {"key": self._owner_key})
+            holder = await cur.fetchone()
+            if holder is not None and holder[3]:
+                break
+            if attempt + 1 < HOLDER_READS_MAX:
+                await asyncio.sleep(HOLDER_READ_PAUSE_S)
+        where = f"PostgreSQL schema {self._schema!r}"
+        if holder is None:
+            return OwnershipConflict(
+                f"the store ({where}) is owned by another scheduler (holder not recorded)",
+                schema=self._schema,
+            )
+        host, pid, since, current = holder
+        label = "" if current else " (as last recorded)"
+        return OwnershipConflict(
+            f"the store ({where}) is owned by another scheduler: "
+            f"host {host}, pid {pid}, since {since}{label}",
+            schema=self._schema,
+            host=host,
+            pid=int(pid),
+            since=since,
+        )
+
+    # -- writes -----------------------------------------------------------
+
+    async def append(self, records: Sequence[Record]) -> None:
+        """Persist ``records`` in the next group commit; return once committed."""
+        self._require_open()
+        if not records:
+            return
+        steps, counters = codec.plan_writes(records)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._appending += 1
+        self._quiet.clear()
+        try:
+            await self._queue.put(_Append(steps, counters, future))
+            await future
+        finally:
+            self._appending -= 1
+            if self._appending == 0:
+                self._quiet.set()
+
+    async def _run_writer(self) -> None:
+        stopping = False
+        while not stopping:
+            group, stopping = await self._next_group()
+            if group:
+                await self._write_group(group)
+
+    async def _next_group(self) -> tuple[list[_Append], bool]:
+        """Every queued append up to the step bound; ``True`` once close() asked to stop."""
+        first = await self._queue.get()
+        if first is None:
+            return [], True
+        group = [first]
+        steps = len(first.steps)
+        while steps < WRITE_BATCH_STEPS_MAX and not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is None:
+                return group, True
+            group.append(item)
+            steps += len(item.steps)
+        return group, False
+
+    async def _write_group(self, group: list[_Append]) -> None:
+        """One group commit (the writer loop's tick): commit, then settle every future."""
+        failed: _CommitFailed | None = None
+        async with self._wlock:
+            try:
+                await self._commit(group)
+            except _CommitFailed as exc:
+                failed = exc
+            except Exception as exc:  # a bug: fail the callers rather than hang them
+                await self._drop_writer()
+                failed = _CommitFailed(
+                    StoreUnavailable(f"store writer failed: {exc!r}", schema=self._schema),
+                )
+        _settle(group, None if failed is None else failed.error)
+
+    async def _commit(self, group: list[_Append]) -> None:
+        """Commit ``group`` in one transaction or raise :class:`_CommitFailed`.
+
+        A session found broken before ``COMMIT`` was sent stored nothing, so the
+        group is resent once on a fresh session (an idle writer connection that
+        the server dropped is then invisible to callers).
+        """
+        for attempt in range(WRITE_ATTEMPTS_MAX):
+            conn = await self._session_for_write()
+            try:
+                xid = await self._send_group(conn, group)
+            except _CommitFailed as failed:
+                if not failed.resend or attempt + 1 == WRITE_ATTEMPTS_MAX:
+                    raise
+                continue
+            await self._finish(conn, xid)
+            return
+
+    async def _session_for_write(self) -> Conn:
+        if self._ownership_lost is not None:
+            raise _CommitFailed(
+                StoreUnavailable(
+                    f"ownership of the store was lost: {self._ownership_lost.message}",
+                    **self._ownership_lost.details,
+                ),
+            )
+        try:
+            return await self._writer_connection()
+        except OwnershipConflict as exc:
+            self._owner = None
+            self._ownership_lost = exc
+            raise _CommitFailed(
+                StoreUnavailable(f"ownership of the store was lost: {exc.message}", **exc.details),
+            ) from exc
+        except (psycopg.Error, OSError) as exc:
+            await self._drop_writer()
+            raise _CommitFailed(
+                StoreUnavailable(f"cannot reach PostgreSQL: {exc}", schema=self._schema),
+            ) from exc
+
+    async def _finish(self, conn: Conn, xid: str) -> None:
+        """COMMIT; if the reply is lost with the session, ask the server what happened."""
+        try:
+            await conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            if not (conn.broken or conn.closed):
+                raise _CommitFailed(
+                    StoreUnavailable(f"commit refused, nothing stored: {exc}", schema=self._schema),
+                ) from exc
+            await self._drop_writer()
+            outcome = await self._outcome(xid)
+            if outcome == "committed":
+                return
+            raise _CommitFailed(
+                StoreUnavailable(
+                    f"connection lost during commit ({outcome}): {exc}",
+                    schema=self._schema,
+                    in_doubt=outcome == "unknown",
+                ),
+            ) from exc
+
+    async def _send_group(self, conn: Conn, group: list[_Append]) -> str:
+        """BEGIN and every step in one pipeline; the transaction id, not yet committed."""
+        queries = codec.postgres_queries()
+        steps = [step for one in group for step in one.steps]
+        counters: dict[str, int] = {}
+        for one in group:
+            for name, value in one.counters.items():
+                counters[name] = max(counters.get(name, 0), value)
+        xcur = conn.cursor()
+        try:
+            async with conn.pipeline():
+                await conn.execute("BEGIN")
+                await xcur.execute(_XACT_ID)
+                async with conn.cursor() as cur:
+                    for name, params_seq in codec.group_steps(steps):
+                        await cur.executemany(queries[name], params_seq)
+                    if counters:
+                        await cur.executemany(
+                            queries["raise_counter"],
+                            [{"name": n, "value": v} for n, v in sorted(counters.items())],
+                        )
+            row = await xcur.fetchone()
+        except psycopg.Error as exc:
+            healthy = not (conn.broken or conn.closed)
+            if healthy:
+                try:
+                    await conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    healthy = False
+            if not healthy:
+                await self._drop_writer()
+            raise _CommitFailed(
+                StoreUnavailable(
+                    f"write failed, nothing stored: {exc}",
+                    schema=self._schema,
+                    sqlstate=getattr(exc, "sqlstate", None),
+                ),
+                resend=not healthy,
+            ) from exc
+        if row is None:  # pragma: no cover - the SELECT always yields one row
+            raise Internal("pg_current_xact_id() returned nothing")
+        return str(row[0])
+
+    async def _outcome(self, xid: str) -> Literal["committed", "aborted", "unknown"]:
+        """What became of a transaction whose COMMIT reply was lost (via a pooled session)."""
+        for _ in range(IN_DOUBT_POLLS_MAX):
+            try:
+                async with self._pool.connection() as conn:
+                    cur = await conn.execute(_XACT_STATUS, [xid])
+                    row = await cur.fetchone()
+            except psycopg.Error:
+                return "unknown"
+            status = row[0] if row else None
+            if status == "committed":
+                return "committed"
+            if status == "aborted":
+                return "aborted"
+            if status != "in progress":
+                return "unknown"
+            await asyncio.sleep(IN_DOUBT_POLL_PAUSE_S)
+        return "unknown"
+
+    async def _writer_connection(self) -> Conn:
+        """The writer's session, reconnected if broken and holding the lock if owned."""
+        conn = self._wconn
+        if conn is None or conn.closed or conn.broken:
+            await self._drop_writer()
+            conn = await self._connect_writer()
+            self._wconn = conn
+        if self._owner is not None and not self._wconn_owns:
+            await self._take_lock(conn, self._owner)
+        return conn
+
+    async def _drop_writer(self) -> None:
+        """Close and forget the writer session (a lock it held dies with it)."""
+        self._wconn_owns = False
+        conn, self._wconn = self._wconn, None
+        if conn is not None:
+            await conn.close()
+
+    # -- reads ------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _reading(self) -> AsyncIterator[Conn]:
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"read failed: {exc}", schema=self._schema) from exc
+
+    async def load(self, *, finished_max: int = 100_000) -> StoredState:
+        """The durable state, read from one consistent snapshot."""
+        self._require_open()
+        if finished_max < 0:
+            raise InvalidArgument("finished_max must not be negative", finished_max=finished_max)
+        queries = codec.postgres_queries()
+        diagnostics: list[Diagnostic] = []
+        async with self._reading() as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cur = await conn.execute(queries["select_counters"])
+            counters = rows.counters_from_rows(await cur.fetchall(), diagnostics)
+            activities = await self._scan_activities(
+                conn, queries["select_live_activities"], diagnostics
+            )
+            cur = await conn.execute(queries["select_recent_finished"], {"limit": finished_max})
+            finished = [(str(i), ActivityState(s)) for i, s in await cur.fetchall()]
+            finished.reverse()
+            cur = await conn.execute(queries["select_workers"], binary=True)
+            workers = rows.decode_all(await cur.fetchall(), rows.worker_from_row, diagnostics)
+            cur = await conn.execute(queries["select_crons"], binary=True)
+            crons = rows.decode_all(await cur.fetchall(), rows.cron_from_row, diagnostics)
+        return StoredState(
+            seq=counters["seq"],
+            token=counters["token"],
+            worker_seq=counters["worker_seq"],
+            activities=activities,
+            finished=finished,
+            workers=workers,
+            crons=crons,
+            diagnostics=diagnostics,
+        )
+
+    async def _scan_activities(
+        self, conn: Conn, query: str, diagnostics: list[Diagnostic]
+    ) -> list[Activity]:
+        """Decode activity rows chunk by chunk from a binary server-side cursor."""
+        activities: list[Activity] = []
+        async with conn.cursor(name="wf_scan_activities", binary=True) as cur:
+            await cur.execute(query)
+            while chunk := await cur.fetchmany(LOAD_FETCH_ROWS):
+                for row in chunk:
+                    decoded = rows.activity_from_row(row)
+                    if isinstance(decoded, Diagnostic):
+                        diagnostics.append(decoded)
+                    else:
+                        activities.append(decoded)
+        return activities
+
+    async def existing_activity_ids(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` were ever stored."""
+        self._require_open()
+        found: set[str] = set()
+        if not ids:
+            return found
+        unique = list(dict.fromkeys(ids))
+        async with self._reading() as conn:
+            for start in range(0, len(unique), IDS_PER_QUERY_MAX):
+                chunk = unique[start : start + IDS_PER_QUERY_MAX]
+                cur = await conn.execute(_SELECT_EXISTING, [chunk])
+                found.update(str(r[0]) for r in await cur.fetchall())
+        return found
+
+    async def history(self, activity_id: str) -> list[Transition]:
+        """The activity's transitions, oldest first."""
+        self._require_open()
+        async with self._reading() as conn:
+            cur = await conn.execute(
+                codec.postgres_queries()["select_history"], {"activity_id": activity_id}
+            )
+            fetched = await cur.fetchall()
+        return [rows.transition_from_row(row) for row in fetched]
+
+    async def check(self) -> list[Diagnostic]:
+        """Every contradiction in the stored records (``wf store check``)."""
+        self._require_open()
+        queries = codec.postgres_queries()
+        found: list[Diagnostic] = []
+        async with self._reading() as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            for name, to_diagnostic in rows.CHECKS:
+                cur = await conn.execute(queries[name])
+                # Sorted by the row's key so that the report reads the same every time.
+                for row in sorted(await cur.fetchall(), key=lambda r: r[0]):
+                    diagnostic = to_diagnostic(row)
+                    if diagnostic is not None:
+                        found.append(diagnostic)
+            await self._scan_activities(conn, _SELECT_ALL_ACTIVITIES, found)
+            cur = await conn.execute(queries["select_workers"], binary=True)
+            rows.decode_all(await cur.fetchall(), rows.worker_from_row, found)
+            cur = await conn.execute(queries["select_crons"], binary=True)
+            rows.decode_all(await cur.fetchall(), rows.cron_from_row, found)
+        return found
+
+
+def _settle(group: list[_Append], error: StoreUnavailable | None) -> None:
+    for one in group:
+        if one.future.done():  # the caller was cancelled; the outcome stands anyway
+            continue
+        if error is None:
+            one.future.set_result(None)
+        else:
+            one.future.set_exception(error)

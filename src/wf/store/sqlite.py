@@ -1,0 +1,715 @@
+"""The embedded store: SQLite in WAL mode inside ``--store-root``.
+
+Layout
+------
+::
+
+    <store_root>/
+      scheduler.db       scheduler state (WAL mode; -wal and -shm files beside it)
+      scheduler.lock     ownership lock (flock) holding the owner as JSON
+      schedules/         schedule data (deployment schedules, later issues)
+      runs/              run data (runtime, later issues)
+
+Theory of operation
+-------------------
+*Commit path (group commit).* One dedicated writer thread owns the write
+connection. :meth:`SQLiteStore.append` turns its records into SQL steps
+(:func:`~wf.store.codec.plan_writes`) on the caller's side, queues them with
+an asyncio future and waits. The writer takes everything queued (up to
+:data:`BATCH_STEPS_MAX` steps), runs it in ONE ``BEGIN IMMEDIATE`` ...
+``COMMIT`` transaction as a few ``executemany`` calls
+(:func:`~wf.store.codec.group_steps`), raises the counters, commits, and only
+then resolves every future of the batch. Throughput therefore comes from
+many appends sharing one commit (and one fsync), never from skipping it.
+
+If the transaction fails, it is rolled back and every append of the batch
+fails with :class:`~wf.errors.StoreUnavailable`: nothing of any of them is
+stored. Appends of one batch are not retried one by one, because a later
+append is computed from core state that includes the earlier ones; storing
+it without them would write contradictions.
+
+*Durability.* ``durability="fsync"`` (the default) sets
+``synchronous=FULL``: every commit fsyncs the WAL before ``append``
+returns, so an acknowledged transition survives a power cut or a kernel
+crash. ``durability="process"`` sets ``synchronous=NORMAL``: commits reach
+the OS but the WAL is fsynced only at checkpoints, so acknowledged
+transitions survive the scheduler process dying (even by ``SIGKILL``) but
+not a power cut; use it only where the machine itself is expendable.
+
+*Reads* (:meth:`~SQLiteStore.load`, :meth:`~SQLiteStore.history`,
+:meth:`~SQLiteStore.check` ...) use a second, read-only connection in a
+worker thread; WAL lets them run beside the writer, each on one consistent
+snapshot. Recovery's load is built for 10^6 live activities: ``activities``
+is stored in ``seq`` (rowid) order, spec blobs are compact (defaults
+omitted), a chunk of blobs is decoded by one msgspec call, and the
+lease-driven columns are read only for activities that were ever leased.
+
+*Migrations* are the files of ``sql/sqlite/`` (``NNNN_name.sql``), applied
+in order at :meth:`~SQLiteStore.open`, each in one transaction together with
+its row in ``schema_migrations(version, name, applied_at)``. A database
+whose schema is newer than this code is refused (:class:`CorruptRecord`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import msgspec
+
+from wf.errors import CorruptRecord, StoreUnavailable
+from wf.scheduler.model import TERMINAL_STATES, Activity, ActivityState
+from wf.scheduler.outputs import Record, Transition
+from wf.store import codec, rows
+from wf.store.lock import FileOwnershipLock
+from wf.store.protocol import Diagnostic, OwnerInfo, StoredCron, StoredState, StoredWorker
+
+Durability = Literal["fsync", "process"]
+"""``fsync``: survives power loss; ``process``: survives a process crash only."""
+
+DB_NAME: Final = "scheduler.db"
+LOCK_NAME: Final = "scheduler.lock"
+SCHEDULES_DIR: Final = "schedules"
+RUNS_DIR: Final = "runs"
+
+BATCH_STEPS_MAX: Final = 50_000
+"""Most SQL steps one group commit takes (one append larger than this commits alone)."""
+APPENDS_WAITING_MAX: Final = 4_096
+"""Most appends queued for the writer; further callers wait for a slot first."""
+FETCH_ROWS_MAX: Final = 20_000
+"""Rows fetched per ``fetchmany`` while loading or scanning."""
+ID_CHUNK_MAX: Final = 500
+"""Ids per ``IN (...)`` query (SQLite's bound-parameter limit is far higher)."""
+BUSY_TIMEOUT_MS: Final = 5_000
+"""How long a connection waits for a lock held by another connection."""
+READ_MMAP_BYTES: Final = 256 * 1024 * 1024
+"""Memory-mapped I/O for the read connection (faster full scans during recovery)."""
+WAL_SIZE_LIMIT_BYTES: Final = 64 * 1024 * 1024
+"""The WAL file is truncated back to this size after a checkpoint."""
+
+_MIGRATIONS_TABLE: Final = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at TEXT NOT NULL
+)"""
+_NOW_SQL: Final = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+
+_STATES: Final = {s.value: s for s in ActivityState}
+_activity_list_decoder: Final = msgspec.msgpack.Decoder(list[Activity])
+
+
+class _Pending:
+    """One append waiting for the writer."""
+
+    __slots__ = ("counters", "future", "loop", "steps")
+
+    def __init__(
+        self,
+        steps: list[codec.Step],
+        counters: dict[str, int],
+        future: asyncio.Future[None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.steps = steps
+        self.counters = counters
+        self.future = future
+        self.loop = loop
+
+
+_STOP: Final = object()
+"""Queued by close(): the writer finishes what is queued before it, then exits."""
+
+
+class SQLiteStore:
+    """The :class:`~wf.store.protocol.Store` over SQLite in ``store_root``."""
+
+    def __init__(self, store_root: Path, *, durability: Durability = "fsync") -> None:
+        if durability not in ("fsync", "process"):
+            raise ValueError(f"durability must be 'fsync' or 'process', not {durability!r}")
+        self.root = Path(store_root)
+        """The store folder (see the module docstring for its layout)."""
+        self.durability: Durability = durability
+        """The commit durability mode."""
+        self.db_path = self.root / DB_NAME
+        self.lock = FileOwnershipLock(self.root / LOCK_NAME)
+        self._write: sqlite3.Connection | None = None
+        self._read: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
+        self._queue: queue.SimpleQueue[_Pending | object] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._closed = False
+        self.commits = 0
+        """Group-commit transactions committed so far (written by the writer thread)."""
+        self.appends_committed = 0
+        """Appends acknowledged so far; over ``commits`` it is the mean batch size."""
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def open(self) -> None:
+        """Create the folder, connect, and apply pending migrations."""
+        if self._write is not None:
+            return
+        if self._closed:
+            raise StoreUnavailable("the store was closed", store=str(self.root))
+        await asyncio.to_thread(self._open_sync)
+        self._writer = threading.Thread(
+            target=self._writer_loop, name=f"wf-sqlite-writer:{self.root}", daemon=True
+        )
+        self._writer.start()
+
+    def _open_sync(self) -> None:
+        for folder in (self.root, self.root / SCHEDULES_DIR, self.root / RUNS_DIR):
+            folder.mkdir(parents=True, exist_ok=True)
+        write = self._connect()
+        read: sqlite3.Connection | None = None
+        try:
+            write.execute(
+                f"PRAGMA synchronous={'FULL' if self.durability == 'fsync' else 'NORMAL'}"
+            )
+            write.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
+            self._migrate(write)
+            read = self._connect()
+            read.execute("PRAGMA query_only=ON")
+            read.execute(f"PRAGMA mmap_size={READ_MMAP_BYTES}")
+        except BaseException:
+            write.close()
+            if read is not None:
+                read.close()
+            raise
+        self._write = write
+        self._read = read
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            conn.close()
+            raise StoreUnavailable(
+                f"could not put {self.db_path} in WAL mode (got {mode})", path=str(self.db_path)
+            )
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Apply every pending migration, each with its ``schema_migrations`` row."""
+        known = codec.migrations("sqlite")
+        code_version = known[-1][0] if known else 0
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(_MIGRATIONS_TABLE)
+            applied = dict(conn.execute("SELECT version, name FROM schema_migrations"))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        newest = max(applied, default=0)
+        if newest > code_version:
+            raise CorruptRecord(
+                f"store {self.db_path} has schema version {newest}, newer than this "
+                f"code's {code_version}; upgrade wf",
+                schema_version=newest,
+                code_version=code_version,
+            )
+        names = {version: name for version, name, _sql in known}
+        for version, name in applied.items():
+            if names.get(version) != name:
+                raise CorruptRecord(
+                    f"store {self.db_path} recorded migration {version} as {name!r}, "
+                    f"which this code calls {names.get(version)!r}",
+                    version=version,
+                )
+        for version, name, sql in known:
+            if version in applied:
+                continue
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                # Another process may have applied it while we waited for the lock.
+                row = conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE version = ?", (version,)
+                ).fetchone()
+                if row is None:
+                    for statement in _statements(sql):
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO schema_migrations (version, name, applied_at) "
+                        f"VALUES (?, ?, {_NOW_SQL})",
+                        (version, name),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    async def close(self) -> None:
+        """Flush pending appends, stop the writer, release ownership, disconnect."""
+        if self._closed:
+            return
+        self._closed = True
+        writer = self._writer
+        if writer is not None:
+            self._queue.put(_STOP)
+            await asyncio.to_thread(writer.join)
+            self._writer = None
+        self.lock.release()
+        for conn in (self._write, self._read):
+            if conn is not None:
+                conn.close()
+        self._write = self._read = None
+
+    async def schema_version(self) -> int:
+        """The highest applied migration version."""
+        row = await self._read_one("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+        return int(row[0])
+
+    # ------------------------------------------------------------- ownership
+
+    async def acquire_ownership(self, owner: OwnerInfo) -> None:
+        """Take ``<store_root>/scheduler.lock`` or raise OwnershipConflict naming the holder."""
+        self._require_open()
+        await asyncio.to_thread(self.lock.acquire, owner)
+
+    async def release_ownership(self) -> None:
+        """Give the lock up (idempotent)."""
+        self.lock.release()
+
+    def holder(self) -> OwnerInfo | None:
+        """Who owns the store now, if anyone (for ``wf store`` commands)."""
+        return self.lock.holder()
+
+    # ---------------------------------------------------------------- writes
+
+    async def append(self, records: Sequence[Record]) -> None:
+        """Persist ``records`` in one group commit; return once committed."""
+        if not records:
+            return
+        if self._closed or self._writer is None:
+            raise StoreUnavailable("the store is not open", store=str(self.root))
+        steps, counters = codec.plan_writes(records)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(APPENDS_WAITING_MAX)
+        async with self._slots:
+            if self._closed:
+                raise StoreUnavailable("the store is closed", store=str(self.root))
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[None] = loop.create_future()
+            self._queue.put(_Pending(steps, counters, future, loop))
+            # Once queued the write goes ahead even if this caller is cancelled: a
+            # cancelled append may or may not be stored, like one cut off by a crash.
+            await asyncio.shield(future)
+
+    def _writer_loop(self) -> None:
+        """The writer thread: take what is queued, commit it as one transaction."""
+        conn = self._write
+        assert conn is not None
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is _STOP:
+                break
+            assert isinstance(first, _Pending)
+            batch = [first]
+            size = len(first.steps)
+            while size < BATCH_STEPS_MAX:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stopping = True
+                    break
+                assert isinstance(item, _Pending)
+                batch.append(item)
+                size += len(item.steps)
+            self._commit(conn, batch)
+        # Nothing should follow the stop mark; never leave a caller waiting if it did.
+        late: list[_Pending] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Pending):
+                late.append(item)
+        _settle(late, "the store was closed before this append was committed")
+
+    def _commit(self, conn: sqlite3.Connection, batch: list[_Pending]) -> None:
+        steps: list[codec.Step] = []
+        counters: dict[str, int] = {}
+        for pending in batch:
+            steps.extend(pending.steps)
+            for name, value in pending.counters.items():
+                if value > counters.get(name, 0):
+                    counters[name] = value
+        q = codec.queries()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for name, params in codec.group_steps(steps):
+                    conn.executemany(q[name], params)
+                if counters:
+                    conn.executemany(
+                        q["raise_counter"],
+                        [{"name": n, "value": v} for n, v in sorted(counters.items())],
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        except BaseException as exc:  # the thread must outlive any failure
+            _settle(batch, f"commit failed, nothing of it was stored: {type(exc).__name__}: {exc}")
+            return
+        self.commits += 1
+        self.appends_committed += len(batch)
+        _settle(batch, None)
+
+    # ----------------------------------------------------------------- reads
+
+    def _require_open(self) -> sqlite3.Connection:
+        if self._read is None or self._closed:
+            raise StoreUnavailable("the store is not open", store=str(self.root))
+        return self._read
+
+    async def _read_one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        def run(conn: sqlite3.Connection) -> Any:
+            return conn.execute(sql, params).fetchone()
+
+        return await self._reading(run)
+
+    async def _reading(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn`` on the read connection in a thread, inside one read transaction."""
+        conn = self._require_open()
+
+        def run() -> Any:
+            with self._read_lock:
+                conn.execute("BEGIN")
+                try:
+                    return fn(conn)
+                finally:
+                    conn.execute("COMMIT")
+
+        try:
+            return await asyncio.to_thread(run)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(
+                f"read failed: {type(exc).__name__}: {exc}", store=str(self.root)
+            ) from exc
+
+    async def load(self, *, finished_max: int = 100_000) -> StoredState:
+        """The durable state as of the last commit; corrupt rows become diagnostics."""
+        if finished_max < 0:
+            raise ValueError("finished_max must not be negative")
+        state: StoredState = await self._reading(lambda c: _load(c, finished_max))
+        return state
+
+    async def existing_activity_ids(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` were ever stored."""
+        unique = list(dict.fromkeys(ids))
+        if not unique:
+            return set()
+
+        def run(conn: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(unique), ID_CHUNK_MAX):
+                chunk = unique[start : start + ID_CHUNK_MAX]
+                marks = ",".join("?" * len(chunk))
+                found.update(
+                    row[0]
+                    for row in conn.execute(
+                        f"SELECT activity_id FROM activities WHERE activity_id IN ({marks})",
+                        chunk,
+                    )
+                )
+            return found
+
+        result: set[str] = await self._reading(run)
+        return result
+
+    async def history(self, activity_id: str) -> list[Transition]:
+        """The activity's transitions, oldest first."""
+
+        def run(conn: sqlite3.Connection) -> list[Transition]:
+            fetched = conn.execute(
+                codec.queries()["select_history"], {"activity_id": activity_id}
+            ).fetchall()
+            return [rows.transition_from_row(row) for row in fetched]
+
+        result: list[Transition] = await self._reading(run)
+        return result
+
+    async def check(self) -> list[Diagnostic]:
+        """Every contradiction and malformed row in the store."""
+        result: list[Diagnostic] = await self._reading(_check)
+        return result
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _settle(batch: list[_Pending], failure: str | None) -> None:
+    """Resolve a batch's futures on their loops: one wake-up per loop, not per append."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for pending in batch:
+        by_loop.setdefault(pending.loop, []).append(pending.future)
+    for loop, futures in by_loop.items():
+
+        def resolve(futures: list[asyncio.Future[None]] = futures) -> None:
+            for future in futures:
+                if future.done():  # its caller was cancelled; the outcome stands anyway
+                    continue
+                if failure is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(StoreUnavailable(failure, cause=failure))
+
+        with contextlib.suppress(RuntimeError):  # that loop is already closed
+            loop.call_soon_threadsafe(resolve)
+
+
+def _statements(sql: str) -> Iterable[str]:
+    """The complete statements of a migration script (executescript would commit)."""
+    buffer = ""
+    for line in sql.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statement = buffer.strip()
+            buffer = ""
+            if statement:
+                yield statement
+    if buffer.strip() and not all(
+        ln.strip().startswith("--") or not ln.strip() for ln in buffer.splitlines()
+    ):
+        raise CorruptRecord("migration ends with an incomplete statement", tail=buffer[:200])
+
+
+def _malformed(table: str, key: str, what: str, activity_id: str | None) -> Diagnostic:
+    blocked = "; the activity is blocked" if activity_id is not None else ""
+    return Diagnostic(
+        kind="malformed_row",
+        table=table,
+        key=key,
+        message=f"{table} row {key!r}: {what}{blocked}",
+        activity_id=activity_id,
+    )
+
+
+def _decode_specs(specs: list[bytes]) -> list[Activity | None] | None:
+    """Every blob of a chunk decoded in one call; ``None`` if any is malformed."""
+    n = len(specs)
+    try:
+        decoded: list[Activity | None] = list(
+            _activity_list_decoder.decode(b"\xdd" + n.to_bytes(4, "big") + b"".join(specs))
+        )
+    except (msgspec.DecodeError, TypeError):
+        return None
+    return decoded if len(decoded) == n else None
+
+
+def _decode_one(spec: object) -> Activity | str:
+    """One blob decoded, or why it is not an Activity."""
+    if not isinstance(spec, bytes):
+        return f"spec is {type(spec).__name__}, not a blob"
+    try:
+        return codec.activity_decoder.decode(spec)
+    except msgspec.DecodeError as exc:
+        return f"spec blob is not a valid Activity ({exc})"
+
+
+def _live_activities(conn: sqlite3.Connection, diagnostics: list[Diagnostic]) -> list[Activity]:
+    """Unfinished activities: spec blobs decoded a chunk at a time, lifecycle applied.
+
+    The hot path (10^6 queued activities) costs one six-column ``fetchmany``
+    row, one slice of a single msgspec decode call and three attribute stores
+    per activity. Only a lease moves the other lifecycle columns (attempt,
+    failures, requeues, steals, token, worker, expiry, last error), so they are
+    read by id, afterwards, for the rows that were ever leased (token != 0);
+    ``check`` reports rows that break that rule. SQLite columns are dynamically
+    typed, so every value is type-checked before it reaches the core.
+    """
+    out: list[Activity] = []
+    touched: dict[str, Activity] = {}
+    states = _STATES
+    append = out.append
+    cursor = conn.execute(codec.queries()["select_live_specs"])
+    while batch := cursor.fetchmany(FETCH_ROWS_MAX):
+        specs = [row[1] for row in batch]
+        decoded = _decode_specs(specs) if all(type(b) is bytes for b in specs) else None
+        if decoded is None:
+            decoded = []
+            for row in batch:
+                one = _decode_one(row[1])
+                if isinstance(one, str):
+                    diagnostics.append(_malformed("activities", str(row[0]), one, str(row[0])))
+                    decoded.append(None)
+                else:
+                    decoded.append(one)
+        for (aid, _spec, state, queued_at, not_before, leased_ever), a in zip(
+            batch, decoded, strict=True
+        ):
+            if a is None:
+                continue
+            value = states.get(state)
+            if (
+                value is None
+                or a.activity_id != aid
+                or type(queued_at) is not float
+                or (not_before is not None and type(not_before) is not float)
+            ):
+                what = (
+                    f"unknown state {state!r}"
+                    if value is None
+                    else f"spec blob names activity {a.activity_id!r}"
+                    if a.activity_id != aid
+                    else f"bad queued_at {queued_at!r} or not_before {not_before!r}"
+                )
+                diagnostics.append(_malformed("activities", str(aid), what, str(aid)))
+                continue
+            a.state = value
+            a.queued_at = queued_at
+            a.not_before = not_before
+            if leased_ever:
+                touched[aid] = a
+            append(a)
+    bad = _apply_lifecycle(conn, touched, diagnostics)
+    return [a for a in out if a.activity_id not in bad] if bad else out
+
+
+_INTS: Final = frozenset({int})
+_STR_OR_NONE: Final = frozenset({str, type(None)})
+
+
+def _apply_lifecycle(
+    conn: sqlite3.Connection, touched: dict[str, Activity], diagnostics: list[Diagnostic]
+) -> set[str]:
+    """Read and apply the lease-driven columns of ``touched``; returns the malformed ids."""
+    bad: set[str] = set()
+    ids = list(touched)
+    for start in range(0, len(ids), ID_CHUNK_MAX):
+        chunk = ids[start : start + ID_CHUNK_MAX]
+        sql = _SELECT_LIFECYCLE.format(marks=",".join("?" * len(chunk)))
+        for aid, *ints, worker_id, lease_expires_at, last_error in conn.execute(sql, chunk):
+            if (
+                any(type(v) not in _INTS or v < 0 for v in ints)
+                or type(worker_id) not in _STR_OR_NONE
+                or type(last_error) not in _STR_OR_NONE
+                or type(lease_expires_at) is not float
+            ):
+                what = f"bad lifecycle columns {(*ints, worker_id, lease_expires_at, last_error)!r}"
+                diagnostics.append(_malformed("activities", aid, what, aid))
+                bad.add(aid)
+                continue
+            a = touched[aid]
+            a.attempt, a.failures, a.infra_requeues, a.steals, a.token = ints
+            a.worker_id = worker_id
+            a.lease_expires_at = lease_expires_at
+            a.last_error = last_error
+    return bad
+
+
+_SELECT_LIFECYCLE: Final = (
+    "SELECT activity_id, attempt, failures, infra_requeues, steals, token, worker_id, "
+    "lease_expires_at, last_error FROM activities WHERE activity_id IN ({marks})"
+)
+"""The lifecycle columns of the activities ``select_live_specs`` marked as touched."""
+
+
+def _load(conn: sqlite3.Connection, finished_max: int) -> StoredState:
+    q = codec.queries()
+    diagnostics: list[Diagnostic] = []
+    counters = rows.counters_from_rows(conn.execute(q["select_counters"]).fetchall(), diagnostics)
+    activities = _live_activities(conn, diagnostics)
+    finished: list[tuple[str, ActivityState]] = []
+    if finished_max:
+        for aid, state in conn.execute(q["select_recent_finished"], {"limit": finished_max}):
+            value = _STATES.get(state)
+            if value is None or value not in TERMINAL_STATES:
+                diagnostics.append(
+                    _malformed("transitions", str(aid), f"unknown terminal state {state!r}", None)
+                )
+                continue
+            finished.append((aid, value))
+        finished.reverse()
+    return StoredState(
+        seq=counters["seq"],
+        token=counters["token"],
+        worker_seq=counters["worker_seq"],
+        activities=activities,
+        finished=finished,
+        workers=_workers(conn, diagnostics),
+        crons=_crons(conn, diagnostics),
+        diagnostics=diagnostics,
+    )
+
+
+def _workers(conn: sqlite3.Connection, diagnostics: list[Diagnostic]) -> list[StoredWorker]:
+    fetched = conn.execute(codec.queries()["select_workers"]).fetchall()
+    return rows.decode_all(fetched, rows.worker_from_row, diagnostics)
+
+
+def _crons(conn: sqlite3.Connection, diagnostics: list[Diagnostic]) -> list[StoredCron]:
+    fetched = conn.execute(codec.queries()["select_crons"]).fetchall()
+    return rows.decode_all(fetched, rows.cron_from_row, diagnostics)
+
+
+def _check(conn: sqlite3.Connection) -> list[Diagnostic]:
+    q = codec.queries()
+    found: list[Diagnostic] = []
+    for name, to_diagnostic in rows.CHECKS:
+        for row in conn.execute(q[name]):
+            diagnostic = to_diagnostic(row)
+            if diagnostic is not None:
+                found.append(diagnostic)
+    for aid, state in conn.execute(q["check_lifecycle_without_lease"]):
+        found.append(
+            Diagnostic(
+                kind="state_mismatch",
+                table="activities",
+                key=aid,
+                message=(
+                    f"activity {aid!r} ({state}) has lease-driven columns set "
+                    "but was never leased (token 0)"
+                ),
+                activity_id=aid,
+            )
+        )
+    found.extend(_scan_malformed(conn))
+    return found
+
+
+def _scan_malformed(conn: sqlite3.Connection) -> list[Diagnostic]:
+    """Every row whose blob or state does not decode (a full scan)."""
+    found: list[Diagnostic] = []
+    cursor = conn.execute("SELECT activity_id, seq, spec, state FROM activities ORDER BY seq")
+    while batch := cursor.fetchmany(FETCH_ROWS_MAX):
+        specs = [row[2] for row in batch]
+        decoded = _decode_specs(specs) if all(type(b) is bytes for b in specs) else None
+        for i, (aid, seq, spec, state) in enumerate(batch):
+            item = decoded[i] if decoded is not None else None
+            one: Activity | str = item if item is not None else _decode_one(spec)
+            if isinstance(one, str):
+                found.append(_malformed("activities", str(aid), one, str(aid)))
+            elif state not in _STATES:
+                found.append(
+                    _malformed("activities", str(aid), f"unknown state {state!r}", str(aid))
+                )
+            elif one.activity_id != aid or one.seq != seq:
+                found.append(
+                    _malformed(
+                        "activities",
+                        str(aid),
+                        f"spec blob names {one.activity_id!r} seq {one.seq}, row seq {seq}",
+                        str(aid),
+                    )
+                )
+    _workers(conn, found)
+    _crons(conn, found)
+    return found
