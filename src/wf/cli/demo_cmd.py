@@ -12,14 +12,26 @@ real decisions; it takes milliseconds because the clock is virtual.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import math
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
+from wf.clock import SystemClock
+from wf.errors import WfError
+from wf.node import default_owner
 from wf.scheduler.config import PolicyConfig, SchedulerConfig
+from wf.scheduler.dispatcher import SchedulerCore
 from wf.scheduler.load_balancer import BalancingStrategy
 from wf.scheduler.model import Activity, Priority, RetryPolicy, WorkerInfo
-from wf.scheduler.outputs import LeaseGranted
+from wf.scheduler.outputs import LeaseGranted, Record
+from wf.scheduler.recovery import restore
 from wf.scheduler.timer import RelativeDelay
+from wf.store.loader import build_snapshot
+from wf.store.sqlite import SQLiteStore
 from wf.testing.clock import VirtualClock
 from wf.testing.cluster import InProcessCluster, Step
 
@@ -28,7 +40,17 @@ START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``wf demo``."""
-    parser = subparsers.add_parser("demo", help="watch the scheduler core run an hour of work")
+    parser = subparsers.add_parser(
+        "demo", help="watch the scheduler run an hour of work, persisted in a store folder"
+    )
+    parser.add_argument(
+        "--store-root",
+        default=".wf_store",
+        help="embedded store folder (SQLite); runs accumulate there (default: .wf_store)",
+    )
+    parser.add_argument(
+        "--in-memory", action="store_true", help="keep nothing: no store folder is used"
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON only")
     parser.set_defaults(handler=run)
 
@@ -44,18 +66,20 @@ def _handler(grant: LeaseGranted) -> Step:
     return Step(duration_s=20, result=b"ok")
 
 
-def build_demo() -> InProcessCluster:
-    """The demo scenario, ready to run for one virtual hour."""
-    config = SchedulerConfig(
-        policies={
-            "default": PolicyConfig(
-                policy="weighted_fair", options={"weights": {"acme": 3, "globex": 1}}
-            )
-        },
-        balancer=BalancingStrategy.LOCALITY_AWARE,
-        lease_ttl_s=30,
-    )
-    cluster = InProcessCluster(config, VirtualClock(START))
+DEMO_CONFIG = SchedulerConfig(
+    policies={
+        "default": PolicyConfig(
+            policy="weighted_fair", options={"weights": {"acme": 3, "globex": 1}}
+        )
+    },
+    balancer=BalancingStrategy.LOCALITY_AWARE,
+    lease_ttl_s=30,
+)
+"""Two tenants weighted 3:1, locality-aware balancing, 30-second leases."""
+
+
+def build_demo(cluster: InProcessCluster, prefix: str = "") -> InProcessCluster:
+    """Load the demo scenario into ``cluster``; activity ids get ``prefix``."""
     for name, caps in (("cpu-1", frozenset[str]()), ("cpu-2", frozenset[str]())):
         cluster.add_worker(
             WorkerInfo(
@@ -86,33 +110,41 @@ def build_demo() -> InProcessCluster:
     )
     batch = [
         Activity(
-            activity_id=f"{tenant}-{i}",
+            activity_id=f"{prefix}{tenant}-{i}",
             activity_type="resize",
             tenant=tenant,
             priority=Priority.NORMAL if i % 3 else Priority.HIGH,
             idempotent=True,
-            correlation_id=f"run-{tenant}-{i}",
+            correlation_id=f"{prefix}run-{tenant}-{i}",
         )
         for tenant in ("acme", "globex")
         for i in range(6)
     ]
     cluster.submit(*batch)
     cluster.submit(
-        Activity(activity_id="train-model", activity_type="train", capabilities=frozenset({"gpu"})),
         Activity(
-            activity_id="nightly-cleanup",
+            activity_id=f"{prefix}train-model",
+            activity_type="train",
+            capabilities=frozenset({"gpu"}),
+        ),
+        Activity(
+            activity_id=f"{prefix}nightly-cleanup",
             activity_type="cleanup",
             priority=Priority.LOW,
             delay=RelativeDelay(seconds=600),
         ),
         Activity(
-            activity_id="flaky-sync",
+            activity_id=f"{prefix}flaky-sync",
             activity_type="flaky",
             retry=RetryPolicy(max_attempts=3, initial_backoff_s=10),
         ),
-        Activity(activity_id="charge-card-42", activity_type="charge-card", tenant="acme"),
         Activity(
-            activity_id="rebuild-index",
+            activity_id=f"{prefix}charge-card-42",
+            activity_type="charge-card",
+            tenant="acme",
+        ),
+        Activity(
+            activity_id=f"{prefix}rebuild-index",
             activity_type="charge-card",
             tenant="acme",
             idempotent=True,
@@ -121,25 +153,70 @@ def build_demo() -> InProcessCluster:
     return cluster
 
 
+class _DemoStore:
+    """The demo's store folder: recover the core from it, persist every record to it."""
+
+    def __init__(self, root: Path) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.store = SQLiteStore(root)
+        self.clock = SystemClock()
+
+    def open(self) -> SchedulerCore:
+        async def recover_core() -> SchedulerCore:
+            await self.store.open()
+            await self.store.acquire_ownership(default_owner(self.clock))
+            stored = await self.store.load()
+            snapshot, _diagnostics = build_snapshot(stored, DEMO_CONFIG, self.clock.now())
+            return restore(snapshot)
+
+        return self.loop.run_until_complete(recover_core())
+
+    def persist(self, records: list[Record]) -> None:
+        self.loop.run_until_complete(self.store.append(records))
+
+    def close(self) -> dict[str, int]:
+        async def finish() -> dict[str, int]:
+            diagnostics = await self.store.check()
+            stored = await self.store.load()
+            await self.store.close()
+            return {"unfinished_in_store": len(stored.activities), "diagnostics": len(diagnostics)}
+
+        try:
+            return self.loop.run_until_complete(finish())
+        finally:
+            self.loop.close()
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the scenario and print its timeline and summary."""
-    cluster = build_demo()
-    start = cluster.clock.now()
-    # At 08:01 the worker holding the long card charge dies mid-activity.
-    cluster.run_until(start + 60)
-    holder = next(
-        (w for w in ("cpu-1", "cpu-2") if "charge-card-42" in cluster.workers[w].running), "cpu-2"
-    )
-    cluster.crash(holder)
-    cluster.run_until(start + 3600)
-    core = cluster.core
-    summary = {
-        "virtual_hours": 1,
-        "completed": len(cluster.completed),
-        "failed": {aid: f.reason for aid, f in sorted(cluster.failed.items())},
-        "queued": core.queue.depth,
-        "metrics": core.metrics.as_dict(),
-    }
+    demo_store = None if args.in_memory else _DemoStore(Path(args.store_root))
+    try:
+        if demo_store is None:
+            cluster = build_demo(InProcessCluster(DEMO_CONFIG, VirtualClock(START)))
+        else:
+            core = demo_store.open()
+            # Each run starts at the real current minute, so instants in the store
+            # keep moving forward from run to run; ids carry the run's first seq.
+            start_at = math.floor(demo_store.clock.now() / 60) * 60
+            prefix = f"r{core.seq}-" if core.seq else ""
+            cluster = build_demo(
+                InProcessCluster(
+                    DEMO_CONFIG, VirtualClock(start_at), core=core, persist=demo_store.persist
+                ),
+                prefix,
+            )
+        summary = _play(cluster)
+        if demo_store is not None:
+            summary["store"] = {"root": str(Path(args.store_root).resolve())}
+            summary["store"].update(demo_store.close())
+            demo_store = None
+    except WfError as exc:
+        print(f"wf: error: {exc.message}", file=sys.stderr)
+        return 2
+    finally:
+        if demo_store is not None:
+            demo_store.loop.run_until_complete(demo_store.store.close())
+            demo_store.loop.close()
     if not args.json:
         for event in cluster.events:
             stamp = datetime.fromtimestamp(event.at, UTC).strftime("%H:%M:%S")
@@ -148,3 +225,24 @@ def run(args: argparse.Namespace) -> int:
         print("The core made every decision above; workers and time were simulated in-process.")
     print(json.dumps(summary, sort_keys=True))
     return 0
+
+
+def _play(cluster: InProcessCluster) -> dict[str, Any]:
+    """One virtual hour; at minute one the worker holding the card charge dies."""
+    start = cluster.clock.now()
+    cluster.run_until(start + 60)
+    running = {w: cluster.workers[w].running for w in ("cpu-1", "cpu-2")}
+    holder = next(
+        (w for w, held in running.items() if any(a.endswith("charge-card-42") for a in held)),
+        "cpu-2",
+    )
+    cluster.crash(holder)
+    cluster.run_until(start + 3600)
+    core = cluster.core
+    return {
+        "virtual_hours": 1,
+        "completed": len(cluster.completed),
+        "failed": {aid: f.reason for aid, f in sorted(cluster.failed.items())},
+        "queued": core.queue.depth,
+        "metrics": core.metrics.as_dict(),
+    }

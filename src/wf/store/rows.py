@@ -227,10 +227,25 @@ def _counter_behind(row: Row) -> Diagnostic | None:
     )
 
 
+def _lifecycle_without_lease(row: Row) -> Diagnostic:
+    aid, state = row[0], row[1]
+    return Diagnostic(
+        kind="state_mismatch",
+        table="activities",
+        key=str(aid),
+        message=(
+            f"activity {aid!r} ({state}) has lease-driven columns set "
+            "but was never leased (token 0)"
+        ),
+        activity_id=str(aid),
+    )
+
+
 CHECKS: Final[tuple[tuple[str, Callable[[Row], Diagnostic | None]], ...]] = (
     ("check_orphan_transitions", _orphan_transition),
     ("check_unknown_lease_holders", _unknown_holder),
     ("check_held_without_worker", _held_without_worker),
     ("check_last_transition_mismatch", _last_transition_mismatch),
     ("check_counters_behind", _counter_behind),
+    ("check_lifecycle_without_lease", _lifecycle_without_lease),
 )

@@ -668,19 +668,6 @@ def _check(conn: sqlite3.Connection) -> list[Diagnostic]:
             diagnostic = to_diagnostic(row)
             if diagnostic is not None:
                 found.append(diagnostic)
-    for aid, state in conn.execute(q["check_lifecycle_without_lease"]):
-        found.append(
-            Diagnostic(
-                kind="state_mismatch",
-                table="activities",
-                key=aid,
-                message=(
-                    f"activity {aid!r} ({state}) has lease-driven columns set "
-                    "but was never leased (token 0)"
-                ),
-                activity_id=aid,
-            )
-        )
     found.extend(_scan_malformed(conn))
     return found
 

@@ -36,6 +36,7 @@ from wf.scheduler.outputs import (
     Decision,
     LeaseGranted,
     LeaseRevoked,
+    Record,
     RetryScheduled,
     WorkerFailed,
 )
@@ -78,9 +79,20 @@ class Event:
 class InProcessCluster:
     """The core plus scripted workers on a virtual clock (see the module docstring)."""
 
-    def __init__(self, config: SchedulerConfig | None = None, clock: VirtualClock | None = None):
+    def __init__(
+        self,
+        config: SchedulerConfig | None = None,
+        clock: VirtualClock | None = None,
+        *,
+        core: SchedulerCore | None = None,
+        persist: Callable[[list[Record]], None] | None = None,
+    ):
+        """``core`` continues an existing (e.g. recovered) core; ``persist`` receives
+        every command's records and must make them durable before returning, so no
+        decision is acted on before its records are stored."""
         self.clock = clock or VirtualClock()
-        self.core = SchedulerCore(config)
+        self.core = core if core is not None else SchedulerCore(config)
+        self._persist = persist
         self.workers: dict[str, _Worker] = {}
         self.events: list[Event] = []
         self.completed: dict[str, ActivityCompleted] = {}
@@ -138,6 +150,8 @@ class InProcessCluster:
         except WfError as exc:
             self._note(f"refused {type(command).__name__}: {exc.code}")
             return False
+        if self._persist is not None and outcome.records:
+            self._persist(outcome.records)
         for decision in outcome.decisions:
             self._apply(decision)
         self._schedule_tick()

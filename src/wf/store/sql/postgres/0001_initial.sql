@@ -45,6 +45,10 @@ CREATE TABLE transitions (
 
 CREATE INDEX transitions_by_activity ON transitions (activity_id, id);
 
+-- Recently finished activities are read in the order they finished.
+CREATE INDEX transitions_finished ON transitions (id)
+    WHERE to_state IN ('completed', 'failed', 'cancelled');
+
 -- A lease is unique on (activity, fencing token): enforced here, not only in code.
 CREATE UNIQUE INDEX leases_unique ON transitions (activity_id, token)
     WHERE to_state = 'leased';
