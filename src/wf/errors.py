@@ -25,6 +25,8 @@ the caller's fault, and may the same call succeed if retried unchanged?
     ├── OwnershipConflict          server   another scheduler owns the store
     ├── Overloaded                 server   backpressure; retry after ``retry_after_s``
     ├── StoreUnavailable           server   the store could not commit; retryable
+    ├── RpcUnavailable             server   (client side) no server reachable; retryable
+    ├── RpcProtocolError           caller   (client side) a JSON-RPC protocol error
     └── Internal                   server   a bug or an unexpected state
         └── CorruptRecord          server   stored data failed validation (fail closed)
 
@@ -188,6 +190,23 @@ class StoreUnavailable(WfError):
     retryable = True
 
 
+class RpcUnavailable(WfError):
+    """Client side: no server could be reached, or it answered out of protocol."""
+
+    code = "rpc_unavailable"
+    rpc_code = -32050
+    fault = "server"
+    retryable = True
+
+
+class RpcProtocolError(WfError):
+    """Client side: the server answered with a JSON-RPC protocol error."""
+
+    code = "rpc_protocol_error"
+    rpc_code = -32051
+    fault = "caller"
+
+
 class Overloaded(WfError):
     """Backpressure refused new work; retry after ``retry_after_s`` seconds."""
 
@@ -234,6 +253,8 @@ ALL_ERRORS: tuple[type[WfError], ...] = (
     Forbidden,
     OwnershipConflict,
     StoreUnavailable,
+    RpcUnavailable,
+    RpcProtocolError,
     Overloaded,
     Internal,
     CorruptRecord,

@@ -102,6 +102,8 @@ class SchedulerNode:
         self._broken: BaseException | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self.listeners: list[Callable[[Outcome], None]] = []
+        """Called with every committed outcome (the server routes decisions with it)."""
 
     async def start(self, *, background: bool = True) -> RecoveryReport:
         """Open the store, take ownership, recover, and (optionally) start ticking."""
@@ -128,6 +130,8 @@ class SchedulerNode:
             await self.store.append(outcome.records)
         self.core = core
         self._broken = None
+        for listener in self.listeners:
+            listener(outcome)
         return RecoveryReport(
             duration_s=time.perf_counter() - started,
             activities=len(snapshot.activities),
@@ -171,6 +175,8 @@ class SchedulerNode:
                 if isinstance(exc, WfError):
                     raise
                 raise StoreUnavailable("commit failed", cause=repr(exc)) from exc
+        for listener in self.listeners:
+            listener(outcome)
         self._wake.set()
         return outcome
 

@@ -1,0 +1,1 @@
+"""The wf server: JSON-RPC over HTTP, authentication, TLS, metrics, and the scheduler API."""

@@ -1,0 +1,150 @@
+"""The HTTP face of the server: JSON-RPC at ``POST /rpc``, health, TLS, lifecycle.
+
+Theory of operation
+-------------------
+:class:`WfServer` assembles one process: the store named by the
+configuration, a :class:`~wf.node.SchedulerNode` that owns it, the
+:class:`~wf.server.scheduler_api.SchedulerAPI`, a JSON-RPC
+:class:`~wf.server.rpc.Registry` (plus ``rpc.discover``, the method listing
+generated from the registry), and an aiohttp application. aiohttp is the
+HTTP stack because it is a mature asyncio server *and* client in one
+package: the worker SDK and the admin client use its client side, so both
+ends share connection handling and TLS configuration.
+
+Authentication runs before the body is parsed: a bearer token
+(``Authorization: Bearer ...``) or the TLS client certificate becomes a
+:class:`~wf.server.rpc.Caller`; a request without a valid credential gets
+HTTP 401 with a JSON-RPC error body. With mutual TLS required, the TLS
+handshake itself refuses clients without a certificate signed by the
+configured client CA.
+
+``stop()`` drains: the listener closes first (no new requests), requests in
+flight finish within the grace period, then the node stops (flush, release
+ownership).
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from wf.errors import Unauthorized
+from wf.node import RecoveryReport, SchedulerNode
+from wf.server.auth import Authenticator
+from wf.server.config import ServerConfig, TlsConfig
+from wf.server.rpc import Caller, Dispatcher, Registry
+from wf.server.scheduler_api import NoParams, SchedulerAPI
+from wf.store import make_store
+
+REQUEST_BYTES_MAX = 16 * 1024 * 1024
+"""Largest accepted request body."""
+SHUTDOWN_GRACE_S = 10.0
+"""How long in-flight requests may take after a stop was asked for."""
+
+RPC_PATH = "/rpc"
+
+
+def ssl_context(tls: TlsConfig) -> ssl.SSLContext:
+    """The server-side TLS context (mutual TLS when a client CA is configured)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(tls.certificate, tls.private_key)
+    if tls.client_ca is not None:
+        context.load_verify_locations(tls.client_ca)
+        context.verify_mode = (
+            ssl.CERT_REQUIRED if tls.require_client_certificate else ssl.CERT_OPTIONAL
+        )
+    return context
+
+
+class WfServer:
+    """One wf server process (see the module docstring)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        section = config.server
+        store = make_store(
+            store_root=section.store.root,
+            postgres_dsn=section.store.postgres_dsn,
+            postgres_schema=section.store.postgres_schema,
+            durability=section.store.durability,
+        )
+        self.node = SchedulerNode(store, config.dispatch)
+        self.scheduler = SchedulerAPI(self.node)
+        self.registry = Registry()
+        self.scheduler.register_methods(self.registry)
+        self.registry.add(
+            "rpc.discover",
+            NoParams,
+            self._discover,
+            access="read",
+            summary="Every method with its parameter JSON Schema.",
+        )
+        self.dispatcher = Dispatcher(self.registry)
+        self.authenticator = Authenticator(
+            section.security.credentials, required=section.security.required
+        )
+        self.app = web.Application(client_max_size=REQUEST_BYTES_MAX)
+        self.app.router.add_post(RPC_PATH, self._rpc)
+        self.app.router.add_get("/healthz", self._health)
+        self.after_start: list[Callable[[], Awaitable[None]]] = []
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self.port: int | None = None
+        self.recovery: RecoveryReport | None = None
+
+    async def _discover(self, params: NoParams, caller: Caller) -> list[dict[str, Any]]:
+        return self.registry.describe()
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _rpc(self, request: web.Request) -> web.Response:
+        header = request.headers.get("Authorization")
+        token = header[7:].strip() if header and header[:7].lower() == "bearer " else None
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        try:
+            caller = self.authenticator.authenticate(token, peer or None)
+        except Unauthorized as exc:
+            body = {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": exc.rpc_code, "message": exc.message, "data": exc.to_dict()},
+            }
+            return web.Response(
+                status=401, body=msgspec.json.encode(body), content_type="application/json"
+            )
+        answer = await self.dispatcher.handle(await request.read(), caller)
+        if answer is None:
+            return web.Response(status=204)
+        return web.Response(body=answer, content_type="application/json")
+
+    async def start(self) -> None:
+        """Recover the node, then listen."""
+        self.recovery = await self.node.start()
+        section = self.config.server
+        self._runner = web.AppRunner(self.app, shutdown_timeout=SHUTDOWN_GRACE_S)
+        await self._runner.setup()
+        tls = section.security.tls
+        self._site = web.TCPSite(
+            self._runner,
+            section.host,
+            section.port,
+            ssl_context=ssl_context(tls) if tls is not None else None,
+        )
+        await self._site.start()
+        addresses = self._runner.addresses
+        self.port = int(addresses[0][1]) if addresses else section.port
+        for hook in self.after_start:
+            await hook()
+
+    async def stop(self) -> None:
+        """Drain: stop listening, let requests finish, stop the node."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.node.stop()

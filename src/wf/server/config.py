@@ -1,0 +1,154 @@
+"""The ``wf-rpc-server`` configuration file: one JSON document, strictly typed.
+
+Layout::
+
+    {
+      "server": {
+        "host": "127.0.0.1", "port": 8765,
+        "scheduler": {"enabled": false, "poll_interval_s": 1.0,
+                      "max_concurrent_runs": 4, "drain_grace_s": 30.0,
+                      "misfire_lateness_s": 60.0},
+        "store": {"root": ".wf_store", "postgres_dsn": null, "postgres_schema": "wf",
+                  "durability": "fsync"},
+        "security": {"required": false, "credentials": [...],
+                     "tls": {"certificate": "...", "private_key": "...",
+                             "client_ca": "...", "require_client_certificate": true}},
+        "observability": {"log_format": "json", "log_level": "info"}
+      },
+      "dispatch": { ...SchedulerConfig: policies, balancer, partition_by, limits,
+                    backpressure, stealing, lease_ttl_s, heartbeat_misses_max... }
+    }
+
+Every struct forbids unknown fields, so a typo is refused at start with the
+JSON path of the offending key (``$.server.securty``) rather than ignored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from wf.errors import InvalidArgument
+from wf.scheduler.config import SchedulerConfig
+from wf.server.auth import CredentialConfig
+
+
+class ScheduleServiceConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """004 ``server.scheduler``: the deployment-schedule service."""
+
+    enabled: bool = False
+    """Scheduling is disabled by default."""
+    poll_interval_s: float = 1.0
+    """How often the admission loop looks at schedules (timers fire in between)."""
+    max_concurrent_runs: int = 4
+    """The execution-slot bound for scheduled runs."""
+    drain_grace_s: float = 30.0
+    """How long shutdown waits for active scheduled work."""
+    misfire_lateness_s: float = 60.0
+    """Lateness allowance before a start counts as missed."""
+
+    def __post_init__(self) -> None:
+        if self.poll_interval_s <= 0 or self.max_concurrent_runs < 1 or self.drain_grace_s < 0:
+            raise InvalidArgument("server.scheduler values out of range", field="server.scheduler")
+        if self.misfire_lateness_s < 0:
+            raise InvalidArgument("misfire_lateness_s must be >= 0", field="misfire_lateness_s")
+
+
+class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Where state lives."""
+
+    root: str = ".wf_store"
+    """Embedded store folder (SQLite), used unless ``postgres_dsn`` is set."""
+    postgres_dsn: str | None = None
+    """PostgreSQL DSN for the shared, multi-node store."""
+    postgres_schema: str = "wf"
+    """PostgreSQL schema."""
+    durability: Literal["fsync", "process"] = "fsync"
+    """SQLite: fsync every commit, or survive process death only."""
+
+
+class TlsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Server certificate and, for mutual TLS, the client CA."""
+
+    certificate: str
+    """PEM file of the server certificate (chain)."""
+    private_key: str
+    """PEM file of its private key."""
+    client_ca: str | None = None
+    """PEM file of the CA that signs client certificates (enables mutual TLS)."""
+    require_client_certificate: bool = False
+    """Refuse TLS handshakes without a valid client certificate."""
+
+    def __post_init__(self) -> None:
+        if self.require_client_certificate and self.client_ca is None:
+            raise InvalidArgument(
+                "require_client_certificate needs client_ca", field="server.security.tls"
+            )
+
+
+class SecurityConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """WF-005 §24."""
+
+    required: bool = False
+    """Refuse anonymous callers (implied when credentials are configured)."""
+    credentials: list[CredentialConfig] = msgspec.field(default_factory=list)
+    """Tokens and certificate identities with roles and scopes."""
+    tls: TlsConfig | None = None
+    """Serve HTTPS (and mutual TLS with a client CA)."""
+
+
+class ObservabilityConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Logs and traces."""
+
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class ServerSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``server`` section."""
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    scheduler: ScheduleServiceConfig = msgspec.field(default_factory=ScheduleServiceConfig)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
+    observability: ObservabilityConfig = msgspec.field(default_factory=ObservabilityConfig)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise InvalidArgument("port must be 0..65535", field="server.port")
+
+
+class ServerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The whole configuration file."""
+
+    server: ServerSection = msgspec.field(default_factory=ServerSection)
+    dispatch: SchedulerConfig = msgspec.field(default_factory=SchedulerConfig)
+
+
+def parse_config(data: bytes, *, source: str = "config") -> ServerConfig:
+    """Decode and validate a configuration document.
+
+    Raises :class:`InvalidArgument` whose message names the offending key's path.
+    """
+    try:
+        return msgspec.json.decode(data, type=ServerConfig)
+    except msgspec.ValidationError as exc:
+        raise InvalidArgument(f"{source}: {exc}", source=source) from exc
+    except msgspec.DecodeError as exc:
+        raise InvalidArgument(f"{source}: not valid JSON: {exc}", source=source) from exc
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{source}: {exc.message}", source=source, **exc.details) from exc
+
+
+def load_config(path: Path | None) -> ServerConfig:
+    """The configuration in ``path``, or the defaults."""
+    if path is None:
+        return ServerConfig()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read config {path}: {exc.strerror}", path=str(path)) from exc
+    return parse_config(data, source=str(path))

@@ -1,0 +1,236 @@
+"""JSON-RPC 2.0, transport-free: a method registry, decoding, dispatch, errors.
+
+Theory of operation
+-------------------
+Every method is registered with a msgspec ``Struct`` describing its
+parameters, an async handler taking ``(params, caller)``, and the access it
+requires. The same registration drives three things, so they cannot drift:
+parameter validation (``msgspec.convert`` with strict types: a wrong type or
+a missing field is ``-32602 Invalid params`` naming the path), the method
+listing ``rpc.discover`` (each method's JSON Schema generated from its
+Struct), and authorization (the caller's role and scopes are checked before
+the handler runs).
+
+Batches are processed concurrently (``asyncio.gather``), which is how many
+lease completions in one HTTP request share one store commit. Notifications
+(requests without ``id``) run and produce no response; a batch of only
+notifications yields no body at all, as the specification requires.
+
+Application errors are :class:`~wf.errors.WfError` subclasses; each maps one
+to one to its ``rpc_code`` with ``error.data`` carrying its stable ``code``,
+classification and details. Anything else is an internal error whose details
+are logged, never sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, Literal, TypeVar
+
+import msgspec
+
+from wf.errors import Forbidden, InvalidArgument, WfError
+
+log = logging.getLogger("wf.rpc")
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+
+BATCH_MAX: Final = 1_000
+"""Most calls one batch may carry."""
+
+Access = Literal["worker", "read", "operate", "admin"]
+"""What a method needs: a worker credential, or an admin role at this level."""
+
+P = TypeVar("P", bound=msgspec.Struct)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Caller:
+    """Who is calling, as authentication established it."""
+
+    identity: str
+    """Credential or certificate name, for logs."""
+    role: Literal["admin", "operator", "read-only", "worker"]
+    """Admin roles, or ``worker`` for worker credentials."""
+    tenants: frozenset[str] | None = None
+    """Tenants it may act for (``None``: all)."""
+    activity_types: frozenset[str] | None = None
+    """Activity types a worker credential may run (``None``: all)."""
+    capabilities: frozenset[str] | None = None
+    """Capabilities a worker credential may advertise (``None``: any)."""
+
+
+ANONYMOUS_ADMIN: Final = Caller(identity="anonymous", role="admin")
+"""The caller when authentication is disabled (local development only)."""
+
+_ROLE_RANK: Final = {"read-only": 1, "operator": 2, "admin": 3}
+_NEEDED_RANK: Final = {"read": 1, "operate": 2, "admin": 3}
+
+
+def authorize(caller: Caller, access: Access, method: str) -> None:
+    """Raise :class:`Forbidden` unless ``caller`` may use a method needing ``access``."""
+    if access == "worker":
+        if caller.role in ("worker", "admin"):
+            return
+    elif caller.role != "worker" and _ROLE_RANK[caller.role] >= _NEEDED_RANK[access]:
+        return
+    raise Forbidden(
+        f"{caller.identity!r} ({caller.role}) may not call {method}",
+        method=method,
+        role=caller.role,
+        needs=access,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Method(Generic[P]):
+    """One registered method."""
+
+    name: str
+    params: type[P]
+    handler: Callable[[P, Caller], Awaitable[Any]]
+    access: Access
+    summary: str
+
+
+@dataclass(slots=True)
+class Registry:
+    """All methods of a server."""
+
+    methods: dict[str, Method[Any]] = field(default_factory=dict)
+
+    def add(
+        self,
+        name: str,
+        params: type[P],
+        handler: Callable[[P, Caller], Awaitable[Any]],
+        *,
+        access: Access,
+        summary: str,
+    ) -> None:
+        """Register a method; names are unique."""
+        assert name not in self.methods, f"method {name} registered twice"
+        self.methods[name] = Method(name, params, handler, access, summary)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """The method listing: name, summary, access and parameter JSON Schema."""
+        return [
+            {
+                "name": m.name,
+                "summary": m.summary,
+                "access": m.access,
+                "params": msgspec.json.schema(m.params),
+            }
+            for m in sorted(self.methods.values(), key=lambda m: m.name)
+        ]
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+
+def _error(code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return error
+
+
+def _response(request_id: Any, *, result: Any = None, error: dict[str, Any] | None = None) -> Any:
+    if error is not None:
+        return {"jsonrpc": "2.0", "id": request_id, "error": error}
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+class Dispatcher:
+    """Decodes a request body, runs the calls, encodes the response body."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    async def handle(self, body: bytes, caller: Caller) -> bytes | None:
+        """The HTTP body of the response, or ``None`` when there is none to send."""
+        try:
+            payload = _decoder.decode(body)
+        except msgspec.DecodeError as exc:
+            return _encoder.encode(
+                _response(None, error=_error(PARSE_ERROR, f"Parse error: {exc}"))
+            )
+        if isinstance(payload, list):
+            if not payload:
+                return _encoder.encode(
+                    _response(None, error=_error(INVALID_REQUEST, "Invalid Request: empty batch"))
+                )
+            if len(payload) > BATCH_MAX:
+                return _encoder.encode(
+                    _response(
+                        None,
+                        error=_error(INVALID_REQUEST, f"Invalid Request: batch over {BATCH_MAX}"),
+                    )
+                )
+            results = await asyncio.gather(*(self._one(item, caller) for item in payload))
+            answers = [r for r in results if r is not None]
+            return _encoder.encode(answers) if answers else None
+        answer = await self._one(payload, caller)
+        return None if answer is None else _encoder.encode(answer)
+
+    async def _one(self, request: Any, caller: Caller) -> Any:
+        if (
+            not isinstance(request, dict)
+            or request.get("jsonrpc") != "2.0"
+            or not isinstance(request.get("method"), str)
+            or ("id" in request and not isinstance(request["id"], str | int | None))
+            or isinstance(request.get("id"), bool)
+        ):
+            return _response(None, error=_error(INVALID_REQUEST, "Invalid Request"))
+        is_notification = "id" not in request
+        request_id = request.get("id")
+        name: str = request["method"]
+        result_or_error = await self._call(name, request.get("params", {}), caller)
+        if is_notification:
+            return None
+        if isinstance(result_or_error, _Failure):
+            return _response(request_id, error=result_or_error.error)
+        return _response(request_id, result=result_or_error)
+
+    async def _call(self, name: str, raw_params: Any, caller: Caller) -> Any:
+        method = self.registry.methods.get(name)
+        if method is None:
+            return _Failure(_error(METHOD_NOT_FOUND, f"Method not found: {name}"))
+        if isinstance(raw_params, list):
+            return _Failure(
+                _error(INVALID_PARAMS, "Invalid params: pass parameters by name (an object)")
+            )
+        if not isinstance(raw_params, dict):
+            return _Failure(_error(INVALID_PARAMS, "Invalid params: expected an object"))
+        try:
+            authorize(caller, method.access, name)
+            params = msgspec.convert(raw_params, method.params, strict=True)
+        except msgspec.ValidationError as exc:
+            return _Failure(_error(INVALID_PARAMS, f"Invalid params: {exc}"))
+        except WfError as exc:
+            return _Failure(_error(exc.rpc_code, exc.message, exc.to_dict()))
+        try:
+            return await method.handler(params, caller)
+        except WfError as exc:
+            return _Failure(_error(exc.rpc_code, exc.message, exc.to_dict()))
+        except Exception:
+            log.exception("internal error in %s", name, extra={"action": "rpc.internal_error"})
+            return _Failure(_error(INTERNAL_ERROR, "Internal error"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    error: dict[str, Any]
+
+
+def invalid(message: str, **details: Any) -> InvalidArgument:
+    """Shorthand for handlers: an InvalidArgument to raise."""
+    return InvalidArgument(message, **details)

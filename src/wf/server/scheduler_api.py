@@ -1,0 +1,545 @@
+"""The scheduler's Python API (``server.api.scheduler``) and its ``scheduler.*`` methods.
+
+Theory of operation
+-------------------
+:class:`SchedulerAPI` sits on a :class:`~wf.node.SchedulerNode` and turns the
+node's command/outcome interface into calls that workers and operators make:
+register, heartbeat, long-poll, start, renew, complete, fail, shut down, and
+the admin reads and writes. Every state change goes through
+``node.execute``, so it is durable before the call returns.
+
+Long polls: a worker's ``poll`` first takes any leases already granted to it
+(its *mailbox*), otherwise announces demand to the core and waits until a
+grant arrives or ``wait_s`` passes. Grants can come from any command (a
+submission, another worker's completion, a tick), so the API listens to every
+committed outcome (``node.listeners``) and files ``LeaseGranted`` decisions
+in the mailbox of their worker and ``LeaseRevoked`` ones in its revocation
+list, which the next heartbeat or poll delivers. A poll that times out
+withdraws the demand (``CancelPoll``) and still returns whatever was filed
+in the meantime, so no grant is stranded; one never collected expires like
+any other lease.
+
+Authorization beyond the role check of :mod:`wf.server.rpc`: a worker
+credential registers only with capabilities, tenants and activity types its
+scope grants (its tenants and types are written into the registration, so
+the core never dispatches outside them), and only the credential that
+registered a worker id may act for it or for its leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from typing import Any, Final
+
+import msgspec
+
+from wf.errors import Forbidden, InvalidArgument, NotFound
+from wf.node import SchedulerNode
+from wf.scheduler import commands as cmd
+from wf.scheduler.model import Activity, ActivityState, HeartbeatStats, WorkerInfo
+from wf.scheduler.outputs import (
+    Decision,
+    LeaseGranted,
+    LeaseRevoked,
+    Outcome,
+    Transition,
+)
+from wf.server.rpc import Caller, Registry
+
+POLL_WAIT_MAX_S: Final = 60.0
+"""Longest a long poll may wait."""
+MAILBOX_MAX: Final = 10_000
+"""Most undelivered grants kept for one worker."""
+
+
+# ------------------------------------------------------------------- params
+
+
+class RegisterWorkerParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.workers.register``."""
+
+    info: WorkerInfo
+
+
+class HeartbeatParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.workers.heartbeat``."""
+
+    worker_id: str
+    stats: HeartbeatStats = msgspec.field(default_factory=HeartbeatStats)
+
+
+class PollParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.workers.poll``."""
+
+    worker_id: str
+    max_items: int = 1
+    wait_s: float = 20.0
+
+
+class WorkerIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Methods that name one worker."""
+
+    worker_id: str
+
+
+class FencedParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.leases.start`` and ``scheduler.leases.renew``."""
+
+    activity_id: str
+    token: int
+
+
+class CompleteParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.leases.complete``."""
+
+    activity_id: str
+    token: int
+    result: bytes = b""
+
+
+class FailParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.leases.fail``."""
+
+    activity_id: str
+    token: int
+    error_type: str = "Error"
+    message: str = ""
+    retryable: bool = True
+
+
+class SubmitParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.activities.submit``."""
+
+    activities: list[Activity]
+
+
+class ActivityIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Methods that name one activity."""
+
+    activity_id: str
+
+
+class CancelParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.activities.cancel``."""
+
+    activity_id: str
+    reason: str = "cancelled"
+
+
+class NoParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Methods without parameters."""
+
+
+# ------------------------------------------------------------------ results
+
+
+class PollResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Leases for the worker, and revocations it must act on."""
+
+    leases: list[LeaseGranted]
+    revoked: list[LeaseRevoked]
+
+
+class RegisterResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a worker needs to know after registering."""
+
+    worker_id: str
+    lease_ttl_s: float
+    heartbeat_misses_max: int
+
+
+class ActivityView(msgspec.Struct, frozen=True, kw_only=True):
+    """An activity as admin reads show it."""
+
+    activity: Activity | None
+    """The live activity, or ``None`` once it finished."""
+    finished_state: ActivityState | None = None
+    """Its terminal state, when finished and still remembered."""
+
+
+class WorkerView(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker as admin reads show it."""
+
+    info: WorkerInfo
+    status: str
+    registered_at: float
+    last_seen_at: float
+    leases: dict[str, int]
+    stats: HeartbeatStats
+
+
+class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Queue and capacity figures."""
+
+    depth: int
+    depth_by_partition: dict[str, int]
+    running: int
+    capacity: int
+    delayed: int
+    backpressure: str
+    workers_active: int
+
+
+class SchedulerAPI:
+    """The Python API behind ``scheduler.*`` (see the module docstring)."""
+
+    def __init__(self, node: SchedulerNode) -> None:
+        self.node = node
+        self._mailbox: dict[str, list[LeaseGranted]] = defaultdict(list)
+        self._revoked: dict[str, list[LeaseRevoked]] = defaultdict(list)
+        self._arrived: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        self._owners: dict[str, str] = {}
+        node.listeners.append(self._route)
+
+    # ---------------------------------------------------------------- routing
+
+    def _route(self, outcome: Outcome) -> None:
+        decisions: list[Decision] = outcome.decisions
+        for d in decisions:
+            if type(d) is LeaseGranted:
+                worker_id = d.lease.worker_id
+                box = self._mailbox[worker_id]
+                if len(box) < MAILBOX_MAX:
+                    box.append(d)
+                self._arrived[worker_id].set()
+            elif type(d) is LeaseRevoked:
+                self._revoked[d.worker_id].append(d)
+                self._drop_from_mailbox(d)
+                self._arrived[d.worker_id].set()
+
+    def _drop_from_mailbox(self, revoked: LeaseRevoked) -> None:
+        box = self._mailbox.get(revoked.worker_id)
+        if box:
+            box[:] = [g for g in box if g.lease.token != revoked.token]
+
+    def _take(self, worker_id: str, limit: int) -> PollResult:
+        box = self._mailbox.get(worker_id, [])
+        leases, rest = box[:limit], box[limit:]
+        if worker_id in self._mailbox:
+            self._mailbox[worker_id] = rest
+        revoked = self._revoked.pop(worker_id, [])
+        return PollResult(leases=leases, revoked=revoked)
+
+    # ---------------------------------------------------------- authorization
+
+    def _bind(self, caller: Caller, info: WorkerInfo) -> WorkerInfo:
+        """Check a registration against the caller's scope; narrow it to that scope."""
+        if caller.role != "worker":
+            return info
+        owner = self._owners.get(info.worker_id)
+        if owner is not None and owner != caller.identity:
+            raise Forbidden(
+                f"worker id {info.worker_id!r} belongs to another credential",
+                worker_id=info.worker_id,
+            )
+        if caller.capabilities is not None and not info.capabilities <= caller.capabilities:
+            raise Forbidden(
+                "the credential does not grant capabilities "
+                f"{sorted(info.capabilities - caller.capabilities)}",
+                worker_id=info.worker_id,
+            )
+        tenants = info.tenants
+        if caller.tenants is not None:
+            if tenants is not None and not tenants <= caller.tenants:
+                raise Forbidden(
+                    f"the credential does not grant tenants {sorted(tenants - caller.tenants)}",
+                    worker_id=info.worker_id,
+                )
+            tenants = caller.tenants if tenants is None else tenants
+        types = info.activity_types
+        if caller.activity_types is not None:
+            if types is not None and not types <= caller.activity_types:
+                raise Forbidden(
+                    "the credential does not grant activity types "
+                    f"{sorted(types - caller.activity_types)}",
+                    worker_id=info.worker_id,
+                )
+            types = caller.activity_types if types is None else types
+        return msgspec.structs.replace(info, tenants=tenants, activity_types=types)
+
+    def _check_worker(self, caller: Caller, worker_id: str) -> None:
+        if caller.role == "worker" and self._owners.get(worker_id) != caller.identity:
+            raise Forbidden(
+                f"worker id {worker_id!r} was not registered by this credential",
+                worker_id=worker_id,
+            )
+
+    def _check_lease(self, caller: Caller, activity_id: str) -> None:
+        if caller.role != "worker":
+            return
+        a = self.node.core.activities.get(activity_id)
+        if a is not None and a.worker_id is not None:
+            self._check_worker(caller, a.worker_id)
+
+    def _check_tenants(self, caller: Caller, activities: list[Activity]) -> None:
+        if caller.tenants is None:
+            return
+        outside = sorted({a.tenant for a in activities} - caller.tenants)
+        if outside:
+            raise Forbidden(f"the credential does not grant tenants {outside}", tenants=outside)
+
+    # ----------------------------------------------------------- worker calls
+
+    async def register_worker(self, info: WorkerInfo, caller: Caller) -> RegisterResult:
+        """Register (or renew the registration of) a worker."""
+        info = self._bind(caller, info)
+        await self.node.execute(lambda now: cmd.RegisterWorker(now=now, info=info))
+        if caller.role == "worker":
+            self._owners[info.worker_id] = caller.identity
+        config = self.node.config
+        return RegisterResult(
+            worker_id=info.worker_id,
+            lease_ttl_s=config.lease_ttl_s,
+            heartbeat_misses_max=config.heartbeat_misses_max,
+        )
+
+    async def heartbeat(
+        self, worker_id: str, stats: HeartbeatStats, caller: Caller
+    ) -> list[LeaseRevoked]:
+        """Record a heartbeat; returns revocations the worker must act on."""
+        self._check_worker(caller, worker_id)
+        await self.node.execute(
+            lambda now: cmd.Heartbeat(now=now, worker_id=worker_id, stats=stats)
+        )
+        return self._revoked.pop(worker_id, [])
+
+    async def poll(
+        self, worker_id: str, max_items: int, wait_s: float, caller: Caller
+    ) -> PollResult:
+        """Long poll: up to ``max_items`` leases, waiting at most ``wait_s`` seconds."""
+        self._check_worker(caller, worker_id)
+        if not 0 <= wait_s <= POLL_WAIT_MAX_S:
+            raise InvalidArgument(f"wait_s must be 0..{POLL_WAIT_MAX_S}", field="wait_s")
+        if self._mailbox.get(worker_id) or self._revoked.get(worker_id):
+            return self._take(worker_id, max_items)
+        arrived = self._arrived[worker_id]
+        arrived.clear()
+        await self.node.execute(
+            lambda now: cmd.Poll(now=now, worker_id=worker_id, max_items=max_items)
+        )
+        if not self._mailbox.get(worker_id) and wait_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(arrived.wait(), timeout=wait_s)
+        if not self._mailbox.get(worker_id):
+            worker = self.node.core.registry.workers.get(worker_id)
+            if worker is not None and worker.demand:
+                await self.node.execute(lambda now: cmd.CancelPoll(now=now, worker_id=worker_id))
+        return self._take(worker_id, max_items)
+
+    async def shutdown_worker(self, worker_id: str, caller: Caller) -> int:
+        """Graceful shutdown; returns how many unstarted leases went back to the queue."""
+        self._check_worker(caller, worker_id)
+        outcome = await self.node.execute(
+            lambda now: cmd.ShutdownWorker(now=now, worker_id=worker_id)
+        )
+        self._mailbox.pop(worker_id, None)
+        self._arrived[worker_id].set()
+        return sum(1 for d in outcome.decisions if type(d) is LeaseRevoked)
+
+    async def start_activity(self, activity_id: str, token: int, caller: Caller) -> None:
+        """The lease holder began executing."""
+        self._check_lease(caller, activity_id)
+        await self.node.execute(
+            lambda now: cmd.StartActivity(now=now, activity_id=activity_id, token=token)
+        )
+
+    async def renew_lease(self, activity_id: str, token: int, caller: Caller) -> float:
+        """Extend a lease; returns its new expiry."""
+        self._check_lease(caller, activity_id)
+        await self.node.execute(
+            lambda now: cmd.RenewLease(now=now, activity_id=activity_id, token=token)
+        )
+        return self.node.core.activities[activity_id].lease_expires_at
+
+    async def complete_activity(
+        self, activity_id: str, token: int, result: bytes, caller: Caller
+    ) -> None:
+        """Record the result (fenced by ``token``)."""
+        self._check_lease(caller, activity_id)
+        await self.node.execute(
+            lambda now: cmd.Complete(now=now, activity_id=activity_id, token=token, result=result)
+        )
+
+    async def fail_activity(self, p: FailParams, caller: Caller) -> None:
+        """Record a failed attempt (fenced by ``token``)."""
+        self._check_lease(caller, p.activity_id)
+        await self.node.execute(
+            lambda now: cmd.Fail(
+                now=now,
+                activity_id=p.activity_id,
+                token=p.token,
+                error_type=p.error_type,
+                message=p.message,
+                retryable=p.retryable,
+            )
+        )
+
+    # ------------------------------------------------------------ admin calls
+
+    async def submit_activities(self, activities: list[Activity], caller: Caller) -> list[str]:
+        """Submit activities; returns their ids once durable."""
+        self._check_tenants(caller, activities)
+        if not activities:
+            raise InvalidArgument("submit needs at least one activity", field="activities")
+        core = self.node.core
+        unknown = [
+            a.activity_id
+            for a in activities
+            if a.activity_id not in core.activities and a.activity_id not in core.finished
+        ]
+        # Ids are never reused, even beyond the core's memory of finished ones.
+        if unknown:
+            taken = await self.node.store.existing_activity_ids(unknown)
+            if taken:
+                from wf.errors import AlreadyExists
+
+                raise AlreadyExists(
+                    f"activity ids already used: {sorted(taken)[:10]}", activity_ids=sorted(taken)
+                )
+        batch = tuple(activities)
+        await self.node.execute(lambda now: cmd.Submit(now=now, activities=batch))
+        return [a.activity_id for a in activities]
+
+    async def cancel_activity(self, activity_id: str, reason: str, caller: Caller) -> None:
+        """Cancel an unfinished activity."""
+        self._check_tenants_of(caller, activity_id)
+        await self.node.execute(
+            lambda now: cmd.Cancel(now=now, activity_id=activity_id, reason=reason)
+        )
+
+    def _check_tenants_of(self, caller: Caller, activity_id: str) -> None:
+        a = self.node.core.activities.get(activity_id)
+        if a is not None:
+            self._check_tenants(caller, [a])
+
+    async def get_activity(self, activity_id: str, caller: Caller) -> ActivityView:
+        """An activity's current state."""
+        core = self.node.core
+        a = core.activities.get(activity_id)
+        if a is not None:
+            self._check_tenants(caller, [a])
+            return ActivityView(activity=a)
+        state = core.finished.get(activity_id)
+        if state is None and not await self.node.store.existing_activity_ids([activity_id]):
+            raise NotFound(f"unknown activity {activity_id!r}", activity_id=activity_id)
+        return ActivityView(activity=None, finished_state=state)
+
+    async def activity_history(self, activity_id: str, caller: Caller) -> list[Transition]:
+        """Every transition of an activity, oldest first."""
+        self._check_tenants_of(caller, activity_id)
+        history = await self.node.store.history(activity_id)
+        if not history and not await self.node.store.existing_activity_ids([activity_id]):
+            raise NotFound(f"unknown activity {activity_id!r}", activity_id=activity_id)
+        return history
+
+    async def list_workers(self, caller: Caller) -> list[WorkerView]:
+        """Every known worker."""
+        return [
+            WorkerView(
+                info=w.info,
+                status=w.status.value,
+                registered_at=w.registered_at,
+                last_seen_at=w.last_seen_at,
+                leases=dict(w.leases),
+                stats=w.stats,
+            )
+            for w in sorted(self.node.core.registry.workers.values(), key=lambda w: w.seq)
+        ]
+
+    async def queue_stats(self, caller: Caller) -> QueueStats:
+        """Queue depth, capacity and backpressure."""
+        core = self.node.core
+        return QueueStats(
+            depth=core.queue.depth,
+            depth_by_partition=dict(core.queue.depth_by_partition),
+            running=core.running,
+            capacity=core.capacity,
+            delayed=len(core.timers),
+            backpressure=core.backpressure.level.value,
+            workers_active=sum(
+                1 for w in core.registry.workers.values() if w.status.value == "active"
+            ),
+        )
+
+    # ------------------------------------------------------------ registration
+
+    def register_methods(self, registry: Registry) -> None:
+        """Add every ``scheduler.*`` method to a JSON-RPC registry."""
+
+        async def register(p: RegisterWorkerParams, c: Caller) -> RegisterResult:
+            return await self.register_worker(p.info, c)
+
+        async def heartbeat(p: HeartbeatParams, c: Caller) -> dict[str, Any]:
+            return {"revoked": await self.heartbeat(p.worker_id, p.stats, c)}
+
+        async def poll(p: PollParams, c: Caller) -> PollResult:
+            return await self.poll(p.worker_id, p.max_items, p.wait_s, c)
+
+        async def shutdown(p: WorkerIdParams, c: Caller) -> dict[str, int]:
+            return {"returned": await self.shutdown_worker(p.worker_id, c)}
+
+        async def start(p: FencedParams, c: Caller) -> dict[str, bool]:
+            await self.start_activity(p.activity_id, p.token, c)
+            return {"ok": True}
+
+        async def renew(p: FencedParams, c: Caller) -> dict[str, float]:
+            return {"expires_at": await self.renew_lease(p.activity_id, p.token, c)}
+
+        async def complete(p: CompleteParams, c: Caller) -> dict[str, bool]:
+            await self.complete_activity(p.activity_id, p.token, p.result, c)
+            return {"ok": True}
+
+        async def fail(p: FailParams, c: Caller) -> dict[str, bool]:
+            await self.fail_activity(p, c)
+            return {"ok": True}
+
+        async def submit(p: SubmitParams, c: Caller) -> dict[str, list[str]]:
+            return {"activity_ids": await self.submit_activities(p.activities, c)}
+
+        async def cancel(p: CancelParams, c: Caller) -> dict[str, bool]:
+            await self.cancel_activity(p.activity_id, p.reason, c)
+            return {"ok": True}
+
+        async def get(p: ActivityIdParams, c: Caller) -> ActivityView:
+            return await self.get_activity(p.activity_id, c)
+
+        async def history(p: ActivityIdParams, c: Caller) -> list[Transition]:
+            return await self.activity_history(p.activity_id, c)
+
+        async def workers(p: NoParams, c: Caller) -> list[WorkerView]:
+            return await self.list_workers(c)
+
+        async def stats(p: NoParams, c: Caller) -> QueueStats:
+            return await self.queue_stats(c)
+
+        add = registry.add
+        add("scheduler.workers.register", RegisterWorkerParams, register, access="worker",
+            summary="Register a worker or renew its registration.")  # fmt: skip
+        add("scheduler.workers.heartbeat", HeartbeatParams, heartbeat, access="worker",
+            summary="Heartbeat; returns lease revocations to act on.")  # fmt: skip
+        add("scheduler.workers.poll", PollParams, poll, access="worker",
+            summary="Long-poll for up to max_items leases.")  # fmt: skip
+        add("scheduler.workers.shutdown", WorkerIdParams, shutdown, access="worker",
+            summary="Graceful shutdown: unstarted leases return to the queue.")  # fmt: skip
+        add("scheduler.leases.start", FencedParams, start, access="worker",
+            summary="Report that a leased activity started executing.")  # fmt: skip
+        add("scheduler.leases.renew", FencedParams, renew, access="worker",
+            summary="Renew a lease (fenced by its token).")  # fmt: skip
+        add("scheduler.leases.complete", CompleteParams, complete, access="worker",
+            summary="Complete a leased activity with its result (fenced).")  # fmt: skip
+        add("scheduler.leases.fail", FailParams, fail, access="worker",
+            summary="Report a failed attempt (fenced).")  # fmt: skip
+        add("scheduler.activities.submit", SubmitParams, submit, access="operate",
+            summary="Submit activities.")  # fmt: skip
+        add("scheduler.activities.cancel", CancelParams, cancel, access="operate",
+            summary="Cancel an unfinished activity.")  # fmt: skip
+        add("scheduler.activities.get", ActivityIdParams, get, access="read",
+            summary="An activity's current state.")  # fmt: skip
+        add("scheduler.activities.history", ActivityIdParams, history, access="read",
+            summary="An activity's transitions, oldest first.")  # fmt: skip
+        add("scheduler.workers.list", NoParams, workers, access="read",
+            summary="Every known worker with its leases and heartbeat figures.")  # fmt: skip
+        add("scheduler.queue.stats", NoParams, stats, access="read",
+            summary="Queue depth, capacity and backpressure level.")  # fmt: skip
