@@ -97,7 +97,9 @@ def check_transition(activity_id: str, current: ActivityState, target: ActivityS
         )
 
 
-class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class RetryPolicy(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
+):
     """How the core retries an activity's own failures (not infrastructure losses)."""
 
     max_attempts: int = 3
@@ -119,7 +121,7 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
 DEFAULT_RETRY: Final = RetryPolicy()
 
 
-class Activity(msgspec.Struct, kw_only=True, gc=False):
+class Activity(msgspec.Struct, kw_only=True, gc=False, forbid_unknown_fields=True):
     """One schedulable unit of work and its scheduling state.
 
     The first block of fields is the submission (fixed once accepted); the
@@ -194,7 +196,9 @@ class Activity(msgspec.Struct, kw_only=True, gc=False):
     """The most recent failure's description."""
 
 
-class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class WorkerInfo(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
+):
     """WF-005 §6 registration metadata, as the worker announces it."""
 
     worker_id: str
@@ -232,7 +236,9 @@ class WorkerStatus(enum.StrEnum):
     """Deregistered after a graceful shutdown."""
 
 
-class HeartbeatStats(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class HeartbeatStats(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
+):
     """WF-005 §7 heartbeat contents."""
 
     workload: int = 0

@@ -19,18 +19,38 @@ withdraws the demand (``CancelPoll``) and still returns whatever was filed
 in the meantime, so no grant is stranded; one never collected expires like
 any other lease.
 
-Authorization beyond the role check of :mod:`wf.server.rpc`: a worker
-credential registers only with capabilities, tenants and activity types its
-scope grants (its tenants and types are written into the registration, so
-the core never dispatches outside them), and only the credential that
-registered a worker id may act for it or for its leases.
+Authorization beyond the role check of :mod:`wf.server.rpc` (WF-005 §24).
+A *bound* caller is any caller that is not an unscoped admin: worker
+credentials and tenant-scoped admins.
+
+- A bound caller registers only with capabilities, tenants and activity
+  types its scope grants; its tenants and types are written into the
+  registration, so the core never dispatches outside them and such a
+  worker can never claim a lease of another type or tenant.
+- Every registration is stamped with the credential that made it (the
+  ``wf.credential`` label, set here and never taken from the worker, and
+  persisted with the registration so it survives restarts). A bound caller
+  may act only for worker ids its credential registered, and only for
+  leases held by them: heartbeat, poll, shutdown, start, renew, complete
+  and fail for another credential's worker are ``Forbidden``.
+- Tenant-scoped callers see only their tenants: an activity of another
+  tenant, named by id (get, history, cancel), answers ``NotFound`` exactly
+  as an unknown id would, so its existence does not leak; the worker list
+  shows only workers that may serve one of their tenants, with leases of
+  their tenants only; cluster-wide queue figures are ``Forbidden``;
+  submitting for another tenant is ``Forbidden`` (the caller named it).
+  The tenant of a finished activity is remembered for the most recent
+  ``FINISHED_MEMORY_MAX`` ones this process saw finish; older ones, and
+  those finished before a restart, answer ``NotFound`` to tenant-scoped
+  callers (fail closed) and stay readable by unscoped callers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -38,8 +58,16 @@ import msgspec
 from wf.errors import Forbidden, InvalidArgument, NotFound
 from wf.node import SchedulerNode
 from wf.scheduler import commands as cmd
-from wf.scheduler.model import Activity, ActivityState, HeartbeatStats, WorkerInfo
+from wf.scheduler.dispatcher import FINISHED_MEMORY_MAX
+from wf.scheduler.model import (
+    TERMINAL_STATES,
+    Activity,
+    ActivityState,
+    HeartbeatStats,
+    WorkerInfo,
+)
 from wf.scheduler.outputs import (
+    ActivitySubmitted,
     Decision,
     LeaseGranted,
     LeaseRevoked,
@@ -52,6 +80,8 @@ POLL_WAIT_MAX_S: Final = 60.0
 """Longest a long poll may wait."""
 MAILBOX_MAX: Final = 10_000
 """Most undelivered grants kept for one worker."""
+OWNER_LABEL: Final = "wf.credential"
+"""Worker label naming the credential that registered it (set by the server only)."""
 
 
 # ------------------------------------------------------------------- params
@@ -135,11 +165,13 @@ class NoParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 # ------------------------------------------------------------------ results
 
 
-class PollResult(msgspec.Struct, frozen=True, kw_only=True):
+class PollResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Leases for the worker, and revocations it must act on."""
 
     leases: list[LeaseGranted]
     revoked: list[LeaseRevoked]
+    traceparents: dict[str, str] = msgspec.field(default_factory=dict)
+    """Lease id -> W3C ``traceparent`` of its lease span (only when tracing is on)."""
 
 
 class RegisterResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -190,12 +222,18 @@ class SchedulerAPI:
         self._mailbox: dict[str, list[LeaseGranted]] = defaultdict(list)
         self._revoked: dict[str, list[LeaseRevoked]] = defaultdict(list)
         self._arrived: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
-        self._owners: dict[str, str] = {}
+        self._tenants: dict[str, str] | None = None
+        """Tenant of every unfinished activity (seeded from the core on the first outcome)."""
+        self._finished_tenants: OrderedDict[str, str] = OrderedDict()
+        """Tenant of recently finished activities (bounded), for tenant-scoped reads."""
         node.listeners.append(self._route)
+        self.trace_context: Callable[[LeaseGranted], str | None] | None = None
+        """Set by :mod:`wf.server.tracing` when tracing is on: a lease's ``traceparent``."""
 
     # ---------------------------------------------------------------- routing
 
     def _route(self, outcome: Outcome) -> None:
+        self._track_tenants(outcome)
         decisions: list[Decision] = outcome.decisions
         for d in decisions:
             if type(d) is LeaseGranted:
@@ -209,6 +247,23 @@ class SchedulerAPI:
                 self._drop_from_mailbox(d)
                 self._arrived[d.worker_id].set()
 
+    def _track_tenants(self, outcome: Outcome) -> None:
+        tenants = self._tenants
+        if tenants is None:
+            tenants = self._tenants = {
+                a.activity_id: a.tenant for a in self.node.core.activities.values()
+            }
+        finished = self._finished_tenants
+        for r in outcome.records:
+            if type(r) is ActivitySubmitted:
+                tenants[r.activity.activity_id] = r.activity.tenant
+            elif type(r) is Transition and r.to_state in TERMINAL_STATES:
+                tenant = tenants.pop(r.activity_id, None)
+                if tenant is not None:
+                    finished[r.activity_id] = tenant
+                    if len(finished) > FINISHED_MEMORY_MAX:
+                        finished.popitem(last=False)
+
     def _drop_from_mailbox(self, revoked: LeaseRevoked) -> None:
         box = self._mailbox.get(revoked.worker_id)
         if box:
@@ -220,15 +275,24 @@ class SchedulerAPI:
         if worker_id in self._mailbox:
             self._mailbox[worker_id] = rest
         revoked = self._revoked.pop(worker_id, [])
-        return PollResult(leases=leases, revoked=revoked)
+        context = self.trace_context
+        if context is None or not leases:
+            return PollResult(leases=leases, revoked=revoked)
+        parents = {g.lease.lease_id: p for g in leases if (p := context(g)) is not None}
+        return PollResult(leases=leases, revoked=revoked, traceparents=parents)
 
     # ---------------------------------------------------------- authorization
 
+    def _owner(self, worker_id: str) -> str | None:
+        worker = self.node.core.registry.workers.get(worker_id)
+        return worker.info.labels.get(OWNER_LABEL) if worker is not None else None
+
     def _bind(self, caller: Caller, info: WorkerInfo) -> WorkerInfo:
-        """Check a registration against the caller's scope; narrow it to that scope."""
-        if caller.role != "worker":
-            return info
-        owner = self._owners.get(info.worker_id)
+        """Check a registration against the caller's scope; narrow it and stamp its owner."""
+        owner = self._owner(info.worker_id)
+        if not _bound(caller):
+            labels = {**info.labels, OWNER_LABEL: owner or caller.identity}
+            return msgspec.structs.replace(info, labels=labels)
         if owner is not None and owner != caller.identity:
             raise Forbidden(
                 f"worker id {info.worker_id!r} belongs to another credential",
@@ -257,17 +321,18 @@ class SchedulerAPI:
                     worker_id=info.worker_id,
                 )
             types = caller.activity_types if types is None else types
-        return msgspec.structs.replace(info, tenants=tenants, activity_types=types)
+        labels = {**info.labels, OWNER_LABEL: caller.identity}
+        return msgspec.structs.replace(info, tenants=tenants, activity_types=types, labels=labels)
 
     def _check_worker(self, caller: Caller, worker_id: str) -> None:
-        if caller.role == "worker" and self._owners.get(worker_id) != caller.identity:
+        if _bound(caller) and self._owner(worker_id) != caller.identity:
             raise Forbidden(
                 f"worker id {worker_id!r} was not registered by this credential",
                 worker_id=worker_id,
             )
 
     def _check_lease(self, caller: Caller, activity_id: str) -> None:
-        if caller.role != "worker":
+        if not _bound(caller):
             return
         a = self.node.core.activities.get(activity_id)
         if a is not None and a.worker_id is not None:
@@ -280,14 +345,24 @@ class SchedulerAPI:
         if outside:
             raise Forbidden(f"the credential does not grant tenants {outside}", tenants=outside)
 
+    def _tenant_of(self, activity_id: str) -> str | None:
+        a = self.node.core.activities.get(activity_id)
+        return a.tenant if a is not None else self._finished_tenants.get(activity_id)
+
+    def _check_visible(self, caller: Caller, activity_id: str) -> None:
+        """``NotFound``, as for an unknown id, when the activity is outside the caller's tenants."""
+        if caller.tenants is None:
+            return
+        tenant = self._tenant_of(activity_id)
+        if tenant is None or tenant not in caller.tenants:
+            raise NotFound(f"unknown activity {activity_id!r}", activity_id=activity_id)
+
     # ----------------------------------------------------------- worker calls
 
     async def register_worker(self, info: WorkerInfo, caller: Caller) -> RegisterResult:
         """Register (or renew the registration of) a worker."""
         info = self._bind(caller, info)
         await self.node.execute(lambda now: cmd.RegisterWorker(now=now, info=info))
-        if caller.role == "worker":
-            self._owners[info.worker_id] = caller.identity
         config = self.node.config
         return RegisterResult(
             worker_id=info.worker_id,
@@ -362,17 +437,25 @@ class SchedulerAPI:
             lambda now: cmd.Complete(now=now, activity_id=activity_id, token=token, result=result)
         )
 
-    async def fail_activity(self, p: FailParams, caller: Caller) -> None:
+    async def fail_activity(
+        self,
+        activity_id: str,
+        token: int,
+        error_type: str,
+        message: str,
+        retryable: bool,
+        caller: Caller,
+    ) -> None:
         """Record a failed attempt (fenced by ``token``)."""
-        self._check_lease(caller, p.activity_id)
+        self._check_lease(caller, activity_id)
         await self.node.execute(
             lambda now: cmd.Fail(
                 now=now,
-                activity_id=p.activity_id,
-                token=p.token,
-                error_type=p.error_type,
-                message=p.message,
-                retryable=p.retryable,
+                activity_id=activity_id,
+                token=token,
+                error_type=error_type,
+                message=message,
+                retryable=retryable,
             )
         )
 
@@ -404,22 +487,17 @@ class SchedulerAPI:
 
     async def cancel_activity(self, activity_id: str, reason: str, caller: Caller) -> None:
         """Cancel an unfinished activity."""
-        self._check_tenants_of(caller, activity_id)
+        self._check_visible(caller, activity_id)
         await self.node.execute(
             lambda now: cmd.Cancel(now=now, activity_id=activity_id, reason=reason)
         )
 
-    def _check_tenants_of(self, caller: Caller, activity_id: str) -> None:
-        a = self.node.core.activities.get(activity_id)
-        if a is not None:
-            self._check_tenants(caller, [a])
-
     async def get_activity(self, activity_id: str, caller: Caller) -> ActivityView:
         """An activity's current state."""
+        self._check_visible(caller, activity_id)
         core = self.node.core
         a = core.activities.get(activity_id)
         if a is not None:
-            self._check_tenants(caller, [a])
             return ActivityView(activity=a)
         state = core.finished.get(activity_id)
         if state is None and not await self.node.store.existing_activity_ids([activity_id]):
@@ -428,28 +506,41 @@ class SchedulerAPI:
 
     async def activity_history(self, activity_id: str, caller: Caller) -> list[Transition]:
         """Every transition of an activity, oldest first."""
-        self._check_tenants_of(caller, activity_id)
+        self._check_visible(caller, activity_id)
         history = await self.node.store.history(activity_id)
         if not history and not await self.node.store.existing_activity_ids([activity_id]):
             raise NotFound(f"unknown activity {activity_id!r}", activity_id=activity_id)
         return history
 
     async def list_workers(self, caller: Caller) -> list[WorkerView]:
-        """Every known worker."""
-        return [
-            WorkerView(
-                info=w.info,
-                status=w.status.value,
-                registered_at=w.registered_at,
-                last_seen_at=w.last_seen_at,
-                leases=dict(w.leases),
-                stats=w.stats,
+        """Every known worker (for a tenant-scoped caller: those that may serve its tenants)."""
+        scope = caller.tenants
+        views: list[WorkerView] = []
+        for w in sorted(self.node.core.registry.workers.values(), key=lambda w: w.seq):
+            leases = dict(w.leases)
+            if scope is not None:
+                if w.info.tenants is not None and not w.info.tenants & scope:
+                    continue
+                leases = {aid: t for aid, t in leases.items() if self._tenant_of(aid) in scope}
+            views.append(
+                WorkerView(
+                    info=w.info,
+                    status=w.status.value,
+                    registered_at=w.registered_at,
+                    last_seen_at=w.last_seen_at,
+                    leases=leases,
+                    stats=w.stats,
+                )
             )
-            for w in sorted(self.node.core.registry.workers.values(), key=lambda w: w.seq)
-        ]
+        return views
 
     async def queue_stats(self, caller: Caller) -> QueueStats:
-        """Queue depth, capacity and backpressure."""
+        """Queue depth, capacity and backpressure (cluster-wide: unscoped callers only)."""
+        if caller.tenants is not None:
+            raise Forbidden(
+                "queue figures are cluster-wide; a tenant-scoped credential may not read them",
+                method="scheduler.queue.stats",
+            )
         core = self.node.core
         return QueueStats(
             depth=core.queue.depth,
@@ -492,7 +583,9 @@ class SchedulerAPI:
             return {"ok": True}
 
         async def fail(p: FailParams, c: Caller) -> dict[str, bool]:
-            await self.fail_activity(p, c)
+            await self.fail_activity(
+                p.activity_id, p.token, p.error_type, p.message, p.retryable, c
+            )
             return {"ok": True}
 
         async def submit(p: SubmitParams, c: Caller) -> dict[str, list[str]]:
@@ -543,3 +636,13 @@ class SchedulerAPI:
             summary="Every known worker with its leases and heartbeat figures.")  # fmt: skip
         add("scheduler.queue.stats", NoParams, stats, access="read",
             summary="Queue depth, capacity and backpressure level.")  # fmt: skip
+
+
+def _bound(caller: Caller) -> bool:
+    """Whether scopes and worker ownership apply (everyone but an unscoped admin)."""
+    return not (
+        caller.role == "admin"
+        and caller.tenants is None
+        and caller.activity_types is None
+        and caller.capabilities is None
+    )
