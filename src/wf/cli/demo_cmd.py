@@ -195,9 +195,10 @@ def run(args: argparse.Namespace) -> int:
             cluster = build_demo(InProcessCluster(DEMO_CONFIG, VirtualClock(START)))
         else:
             core = demo_store.open()
-            # Each run starts at the real current minute, so instants in the store
-            # keep moving forward from run to run; ids carry the run's first seq.
-            start_at = math.floor(demo_store.clock.now() / 60) * 60
+            # Each run starts at the current quarter hour (real time), so instants in
+            # the store move forward from run to run and the scenario keeps its
+            # shape against the quarter-hour cron; ids carry the run's first seq.
+            start_at = math.floor(demo_store.clock.now() / 900) * 900
             prefix = f"r{core.seq}-" if core.seq else ""
             cluster = build_demo(
                 InProcessCluster(
@@ -237,7 +238,8 @@ def _play(cluster: InProcessCluster) -> dict[str, Any]:
         "cpu-2",
     )
     cluster.crash(holder)
-    cluster.run_until(start + 3600)
+    # Stop just before the next quarter hour, so no report is left mid-flight.
+    cluster.run_until(start + 3599)
     core = cluster.core
     return {
         "virtual_hours": 1,
