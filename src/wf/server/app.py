@@ -1,4 +1,4 @@
-"""The HTTP face of the server: JSON-RPC at ``POST /rpc``, health, TLS, lifecycle.
+"""The HTTP face of the server: JSON-RPC at ``POST /rpc``, health, metrics, TLS, lifecycle.
 
 Theory of operation
 -------------------
@@ -32,12 +32,15 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from wf.errors import Unauthorized
+from wf.errors import Forbidden, Unauthorized, WfError
 from wf.node import RecoveryReport, SchedulerNode
 from wf.server.auth import Authenticator
 from wf.server.config import ServerConfig, TlsConfig
-from wf.server.rpc import Caller, Dispatcher, Registry
+from wf.server.logs import OutcomeLogger, RpcCallLogger
+from wf.server.metrics import ServerMetrics
+from wf.server.rpc import Caller, Dispatcher, Registry, authorize
 from wf.server.scheduler_api import NoParams, SchedulerAPI
+from wf.server.tracing import TRACEPARENT_HEADER, install, make_tracing
 from wf.store import make_store
 
 REQUEST_BYTES_MAX = 16 * 1024 * 1024
@@ -46,6 +49,7 @@ SHUTDOWN_GRACE_S = 10.0
 """How long in-flight requests may take after a stop was asked for."""
 
 RPC_PATH = "/rpc"
+METRICS_PATH = "/metrics"
 
 
 def ssl_context(tls: TlsConfig) -> ssl.SSLContext:
@@ -85,12 +89,19 @@ class WfServer:
             summary="Every method with its parameter JSON Schema.",
         )
         self.dispatcher = Dispatcher(self.registry)
+        # Observability (docs/observability.md): metrics, logs, optional traces.
+        self.metrics = ServerMetrics(self.node)
+        self.dispatcher.call_observers += [self.metrics.observe_call, RpcCallLogger()]
+        self.node.listeners.append(OutcomeLogger(self.node))
+        self.tracing = make_tracing(section.observability)
+        install(self.tracing, self.node, self.scheduler)
         self.authenticator = Authenticator(
             section.security.credentials, required=section.security.required
         )
         self.app = web.Application(client_max_size=REQUEST_BYTES_MAX)
         self.app.router.add_post(RPC_PATH, self._rpc)
         self.app.router.add_get("/healthz", self._health)
+        self.app.router.add_get(METRICS_PATH, self._metrics)
         self.after_start: list[Callable[[], Awaitable[None]]] = []
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
@@ -102,6 +113,23 @@ class WfServer:
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """Prometheus exposition; needs a read role when authentication is on."""
+        header = request.headers.get("Authorization")
+        token = header[7:].strip() if header and header[:7].lower() == "bearer " else None
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        try:
+            caller = self.authenticator.authenticate(token, peer or None)
+            authorize(caller, "read", "metrics")
+            if caller.tenants is not None:  # cluster-wide figures, like scheduler.queue.stats
+                raise Forbidden(
+                    "metrics are cluster-wide; a tenant-scoped credential may not read them"
+                )
+        except WfError as exc:
+            return web.Response(status=403 if isinstance(exc, Forbidden) else 401, text=exc.message)
+        body, content_type = self.metrics.render(request.headers.get("Accept"))
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def _rpc(self, request: web.Request) -> web.Response:
         header = request.headers.get("Authorization")
@@ -118,7 +146,8 @@ class WfServer:
             return web.Response(
                 status=401, body=msgspec.json.encode(body), content_type="application/json"
             )
-        answer = await self.dispatcher.handle(await request.read(), caller)
+        with self.tracing.incoming(request.headers.get(TRACEPARENT_HEADER)):
+            answer = await self.dispatcher.handle(await request.read(), caller)
         if answer is None:
             return web.Response(status=204)
         return web.Response(body=answer, content_type="application/json")

@@ -13,7 +13,7 @@ Layout::
         "security": {"required": false, "credentials": [...],
                      "tls": {"certificate": "...", "private_key": "...",
                              "client_ca": "...", "require_client_certificate": true}},
-        "observability": {"log_format": "json", "log_level": "info"}
+        "observability": {"log_format": "json", "log_level": "info", "tracing": false}
       },
       "dispatch": { ...SchedulerConfig: policies, balancer, partition_by, limits,
                     backpressure, stealing, lease_ttl_s, heartbeat_misses_max... }
@@ -32,7 +32,7 @@ import msgspec
 
 from wf.errors import InvalidArgument
 from wf.scheduler.config import SchedulerConfig
-from wf.server.auth import CredentialConfig
+from wf.server.auth import CredentialConfig, check_credentials
 
 
 class ScheduleServiceConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -98,12 +98,19 @@ class SecurityConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     tls: TlsConfig | None = None
     """Serve HTTPS (and mutual TLS with a client CA)."""
 
+    def __post_init__(self) -> None:
+        check_credentials(self.credentials)
+
 
 class ObservabilityConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Logs and traces."""
 
     log_format: Literal["json", "text"] = "json"
+    """One JSON object per line, or text for humans (see ``docs/observability.md``)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Root log level; ``debug`` adds ``rpc.call``, lease start and renewal lines."""
+    tracing: bool = False
+    """OpenTelemetry spans (needs the ``otel`` extra; a no-op without it)."""
 
 
 class ServerSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -24,6 +24,7 @@ from wf.errors import WfError
 from wf.server.app import WfServer
 from wf.server.auth import hash_token
 from wf.server.config import ServerConfig, load_config
+from wf.server.logs import configure_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WfError as exc:
         print(f"wf-rpc-server: error: {exc.message}", file=sys.stderr)
         return 2
+    configure_logging(config.server.observability)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(config))

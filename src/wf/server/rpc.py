@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Literal, TypeVar
@@ -149,11 +150,31 @@ def _response(request_id: Any, *, result: Any = None, error: dict[str, Any] | No
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 
+CallObserver = Callable[[str, float, str | None, Caller], None]
+"""Told of every call: method (``unknown`` if unregistered), duration in seconds,
+error code (the wf error's stable code or the JSON-RPC error's name) or ``None``, caller."""
+
+_PROTOCOL_CODES: Final = {
+    METHOD_NOT_FOUND: "method_not_found",
+    INVALID_PARAMS: "invalid_params",
+    INTERNAL_ERROR: "internal",
+}
+
+
+def _error_code(error: dict[str, Any]) -> str:
+    data = error.get("data")
+    if isinstance(data, dict) and isinstance(data.get("code"), str):
+        return str(data["code"])
+    return _PROTOCOL_CODES.get(error["code"], str(error["code"]))
+
+
 class Dispatcher:
     """Decodes a request body, runs the calls, encodes the response body."""
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
+        self.call_observers: list[CallObserver] = []
+        """Called after every call (metrics and logs); they must not raise or block."""
 
     async def handle(self, body: bytes, caller: Caller) -> bytes | None:
         """The HTTP body of the response, or ``None`` when there is none to send."""
@@ -193,12 +214,21 @@ class Dispatcher:
         is_notification = "id" not in request
         request_id = request.get("id")
         name: str = request["method"]
+        started = time.perf_counter()
         result_or_error = await self._call(name, request.get("params", {}), caller)
+        if self.call_observers:
+            self._observe(name, time.perf_counter() - started, result_or_error, caller)
         if is_notification:
             return None
         if isinstance(result_or_error, _Failure):
             return _response(request_id, error=result_or_error.error)
         return _response(request_id, result=result_or_error)
+
+    def _observe(self, name: str, duration_s: float, result: Any, caller: Caller) -> None:
+        method = name if name in self.registry.methods else "unknown"
+        error = _error_code(result.error) if isinstance(result, _Failure) else None
+        for observer in self.call_observers:
+            observer(method, duration_s, error, caller)
 
     async def _call(self, name: str, raw_params: Any, caller: Caller) -> Any:
         method = self.registry.methods.get(name)

@@ -1,0 +1,396 @@
+"""Structured logs (WF-005 §25): one JSON object per line, or text for humans.
+
+Theory of operation
+-------------------
+Every line has ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``
+and ``action``: a stable, dotted key (``lease.granted``,
+``activity.completed``, ``rpc.call``) that dashboards and alerts match on
+instead of the wording of the message. Fields passed with ``extra=`` are
+added as they are; standard ``LogRecord`` attributes are not.
+
+Lines about an activity carry its ``correlation_id``, the id of the run it
+belongs to (``Activity.correlation_id``). It travels with the activity into
+each ``LeaseGranted`` decision, to the worker in its poll result, and back
+in its completion. :class:`OutcomeLogger` is a node listener, like the
+scheduler API: it sees every committed outcome and logs submissions,
+grants, starts, renewals, revocations, retries, completions, failures and
+cancellations. Most decisions name their correlation id; for the others
+(revocations, cancellations) it keeps the correlation id of every
+unfinished activity, seeded from the core on the first outcome after a
+(re)start and maintained from the records, so a line about an activity that
+finished in the same command still names it.
+
+:func:`configure_logging` installs one handler on the root logger from
+``server.observability`` (``log_format`` ``json`` or ``text``,
+``log_level``). aiohttp's per-request access log is kept at ``warning``
+unless the level is ``debug``: ``rpc.call`` lines already cover each call.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import IO, Any, Final
+
+import msgspec
+
+from wf.node import SchedulerNode
+from wf.scheduler.dispatcher import SchedulerCore
+from wf.scheduler.model import TERMINAL_STATES, ActivityState
+from wf.scheduler.outputs import (
+    ActivityCompleted,
+    ActivityFailed,
+    ActivitySubmitted,
+    BackpressureChanged,
+    CronFired,
+    Decision,
+    LeaseGranted,
+    LeaseRenewed,
+    LeaseRevoked,
+    Outcome,
+    RetryScheduled,
+    Transition,
+    WorkerFailed,
+    WorkerUpserted,
+)
+from wf.server.config import ObservabilityConfig
+from wf.server.rpc import Caller
+
+LIFECYCLE_LOGGER: Final = "wf.lifecycle"
+"""Logger of activity, lease and worker lifecycle lines."""
+RPC_LOGGER: Final = "wf.rpc"
+"""Logger of ``rpc.call`` lines (shared with the dispatcher's own errors)."""
+
+_LEVELS: Final = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+_STANDARD: Final = frozenset(
+    logging.LogRecord("", 0, "", 0, "", (), None).__dict__.keys()
+    | {"message", "asctime", "taskName", "action"}
+)
+_HANDLER_MARK: Final = "_wf_observability"
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
+
+
+def _time(record: logging.LogRecord) -> str:
+    return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._encoder = msgspec.json.Encoder(enc_hook=str)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": _time(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "action": getattr(record, "action", "log"),
+        }
+        line.update(_extras(record))
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return self._encoder.encode(line).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """``time level logger action: message key=value ...`` for humans."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = " ".join(f"{k}={v}" for k, v in _extras(record).items())
+        action = getattr(record, "action", "log")
+        line = (
+            f"{_time(record)} {record.levelname:<7} {record.name} {action}: {record.getMessage()}"
+        )
+        if fields:
+            line = f"{line} {fields}"
+        if record.exc_info:
+            line = f"{line}\n{self.formatException(record.exc_info)}"
+        return line
+
+
+def configure_logging(
+    config: ObservabilityConfig, stream: IO[str] | None = None
+) -> logging.Handler:
+    """Install the configured handler on the root logger (replacing an earlier one)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, _HANDLER_MARK, False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    setattr(handler, _HANDLER_MARK, True)
+    handler.setFormatter(JsonFormatter() if config.log_format == "json" else TextFormatter())
+    level = _LEVELS[config.log_level]
+    root.addHandler(handler)
+    root.setLevel(level)
+    access = logging.DEBUG if level <= logging.DEBUG else logging.WARNING
+    logging.getLogger("aiohttp.access").setLevel(access)
+    return handler
+
+
+# ---------------------------------------------------------------- rpc calls
+
+
+class RpcCallLogger:
+    """A dispatcher call observer: ``rpc.call`` lines (debug; info for errors)."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.log = logger or logging.getLogger(RPC_LOGGER)
+
+    def __call__(self, method: str, duration_s: float, error: str | None, caller: Caller) -> None:
+        level = logging.DEBUG if error is None else logging.INFO
+        if not self.log.isEnabledFor(level):
+            return
+        self.log.log(
+            level,
+            "%s %s",
+            method,
+            "ok" if error is None else error,
+            extra={
+                "action": "rpc.call",
+                "method": method,
+                "duration_ms": round(duration_s * 1000.0, 3),
+                "error": error,
+                "caller": caller.identity,
+            },
+        )
+
+
+# ---------------------------------------------------------------- lifecycle
+
+
+class OutcomeLogger:
+    """A node listener logging lifecycle events with correlation ids."""
+
+    def __init__(self, node: SchedulerNode, logger: logging.Logger | None = None) -> None:
+        self.node = node
+        self.log = logger or logging.getLogger(LIFECYCLE_LOGGER)
+        self._core: SchedulerCore | None = None
+        self._correlation: dict[str, str] = {}
+        """Correlation id of every unfinished activity that has one."""
+
+    def correlation_id(self, activity_id: str) -> str:
+        """The correlation id of an activity ("" if it has none or is unknown)."""
+        return self._correlation.get(activity_id, "")
+
+    def _seed(self) -> None:
+        core = self.node.core
+        if core is not self._core:
+            self._core = core
+            self._correlation = {
+                a.activity_id: a.correlation_id
+                for a in core.activities.values()
+                if a.correlation_id
+            }
+
+    def __call__(self, outcome: Outcome) -> None:
+        self._seed()
+        log = self.log
+        info = log.isEnabledFor(logging.INFO)
+        debug = log.isEnabledFor(logging.DEBUG)
+        for r in outcome.records:
+            if type(r) is ActivitySubmitted:
+                a = r.activity
+                if a.correlation_id:
+                    self._correlation[a.activity_id] = a.correlation_id
+                if info:
+                    log.info(
+                        "activity %s submitted",
+                        a.activity_id,
+                        extra={
+                            "action": "activity.submitted",
+                            "activity_id": a.activity_id,
+                            "activity_type": a.activity_type,
+                            "workflow_id": a.workflow_id,
+                            "tenant": a.tenant,
+                            "correlation_id": a.correlation_id,
+                        },
+                    )
+        if info or log.isEnabledFor(logging.WARNING):
+            for d in outcome.decisions:
+                self._decision(d, info)
+        for r in outcome.records:
+            if type(r) is Transition:
+                self._transition(r, info, debug)
+            elif type(r) is LeaseRenewed:
+                if debug:
+                    log.debug(
+                        "lease %s renewed",
+                        r.token,
+                        extra={
+                            "action": "lease.renewed",
+                            "activity_id": r.activity_id,
+                            "token": r.token,
+                            "expires_at": r.expires_at,
+                            "correlation_id": self.correlation_id(r.activity_id),
+                        },
+                    )
+            elif type(r) is WorkerUpserted and info:
+                log.info(
+                    "worker %s %s",
+                    r.info.worker_id,
+                    r.status.value,
+                    extra={
+                        "action": "worker.updated",
+                        "worker_id": r.info.worker_id,
+                        "status": r.status.value,
+                        "hostname": r.info.hostname,
+                        "max_concurrency": r.info.max_concurrency,
+                    },
+                )
+
+    def _decision(self, d: Decision, info: bool) -> None:
+        log = self.log
+        if type(d) is LeaseGranted:
+            if info:
+                lease = d.lease
+                log.info(
+                    "lease %s granted to %s",
+                    lease.token,
+                    lease.worker_id,
+                    extra={
+                        "action": "lease.granted",
+                        "activity_id": lease.activity_id,
+                        "activity_type": d.activity_type,
+                        "workflow_id": d.workflow_id,
+                        "correlation_id": d.correlation_id,
+                        "worker_id": lease.worker_id,
+                        "token": lease.token,
+                        "attempt": lease.attempt,
+                        "expires_at": lease.expires_at,
+                    },
+                )
+        elif type(d) is ActivityCompleted:
+            if info:
+                log.info(
+                    "activity %s completed",
+                    d.activity_id,
+                    extra={
+                        "action": "activity.completed",
+                        "activity_id": d.activity_id,
+                        "workflow_id": d.workflow_id,
+                        "correlation_id": d.correlation_id,
+                        "attempt": d.attempt,
+                    },
+                )
+        elif type(d) is ActivityFailed:
+            log.warning(
+                "activity %s failed: %s",
+                d.activity_id,
+                d.reason,
+                extra={
+                    "action": "activity.failed",
+                    "activity_id": d.activity_id,
+                    "workflow_id": d.workflow_id,
+                    "correlation_id": d.correlation_id,
+                    "attempt": d.attempt,
+                    "reason": d.reason,
+                    "error_type": d.error_type,
+                    "error_message": d.message,
+                    "may_have_executed": d.may_have_executed,
+                },
+            )
+        elif type(d) is LeaseRevoked:
+            if info:
+                log.info(
+                    "lease %s revoked: %s",
+                    d.token,
+                    d.reason,
+                    extra={
+                        "action": "lease.revoked",
+                        "activity_id": d.activity_id,
+                        "correlation_id": self.correlation_id(d.activity_id),
+                        "worker_id": d.worker_id,
+                        "token": d.token,
+                        "reason": d.reason,
+                    },
+                )
+        elif type(d) is RetryScheduled:
+            if info:
+                log.info(
+                    "activity %s retry scheduled",
+                    d.activity_id,
+                    extra={
+                        "action": "activity.retry_scheduled",
+                        "activity_id": d.activity_id,
+                        "correlation_id": self.correlation_id(d.activity_id),
+                        "attempt": d.attempt,
+                        "not_before": d.not_before,
+                    },
+                )
+        elif type(d) is WorkerFailed:
+            log.warning(
+                "worker %s lost: %s",
+                d.worker_id,
+                d.reason,
+                extra={"action": "worker.lost", "worker_id": d.worker_id, "reason": d.reason},
+            )
+        elif type(d) is BackpressureChanged:
+            log.warning(
+                "backpressure %s -> %s",
+                d.previous,
+                d.level,
+                extra={
+                    "action": "backpressure.changed",
+                    "previous": d.previous,
+                    "level": d.level,
+                    "queue_depth": d.queue_depth,
+                    "utilization": d.utilization,
+                },
+            )
+        elif type(d) is CronFired and info:
+            log.info(
+                "cron %s fired",
+                d.cron_id,
+                extra={
+                    "action": "cron.fired",
+                    "cron_id": d.cron_id,
+                    "activity_id": d.activity_id,
+                    "missed": d.missed,
+                    "refused": d.refused,
+                },
+            )
+
+    def _transition(self, r: Transition, info: bool, debug: bool) -> None:
+        to_state = r.to_state
+        if to_state is ActivityState.EXECUTING:
+            if debug:
+                self.log.debug(
+                    "lease %s started",
+                    r.token,
+                    extra={
+                        "action": "lease.started",
+                        "activity_id": r.activity_id,
+                        "correlation_id": self.correlation_id(r.activity_id),
+                        "worker_id": r.worker_id,
+                        "token": r.token,
+                        "attempt": r.attempt,
+                    },
+                )
+        elif to_state in TERMINAL_STATES:
+            correlation_id = self._correlation.pop(r.activity_id, "")
+            if to_state is ActivityState.CANCELLED and info:
+                self.log.info(
+                    "activity %s cancelled: %s",
+                    r.activity_id,
+                    r.reason,
+                    extra={
+                        "action": "activity.cancelled",
+                        "activity_id": r.activity_id,
+                        "correlation_id": correlation_id,
+                        "reason": r.reason,
+                    },
+                )

@@ -1,0 +1,209 @@
+"""Prometheus metrics of one server (WF-005 §25), served at ``GET /metrics``.
+
+Theory of operation
+-------------------
+Each :class:`ServerMetrics` owns its own ``CollectorRegistry`` (never the
+process-global one), so several servers in one process, as in the tests,
+do not clash. Two kinds of series live in it:
+
+* **The core's figures**, read at scrape time by :class:`CoreCollector`
+  straight from ``node.core``: gauges derived from the core's own state
+  (queue depth per partition, delayed activities, running leases, capacity,
+  utilisation, workers by status, backpressure level) and the plain counters
+  and latency buckets of :class:`~wf.scheduler.metrics.CoreMetrics`. Nothing
+  is counted twice, so nothing can drift. The collector reads
+  ``node.core`` afresh on every scrape because a restart replaces the core;
+  its counters then start again from zero, which Prometheus treats as a
+  counter reset (``rate()`` handles it).
+* **The shell's own observations**: the latency of every JSON-RPC call per
+  method and the errors per method and code, fed by the dispatcher's
+  call observers (:meth:`ServerMetrics.observe_call`).
+
+Scrapes run on the event loop, between commands, so they see the core in a
+consistent state without locks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.process_collector import ProcessCollector
+
+from wf.node import SchedulerNode
+from wf.scheduler.backpressure import BackpressureLevel
+from wf.scheduler.metrics import LATENCY_BUCKETS_S, CoreMetrics
+from wf.scheduler.model import WorkerStatus
+from wf.server.rpc import Caller
+
+RPC_LATENCY_BUCKETS_S: Final = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+"""RPC latency buckets; the top ones are for long polls, which wait up to 60 s."""
+
+UNKNOWN_METHOD: Final = "unknown"
+"""The ``method`` label of calls to unregistered names (bounds label cardinality)."""
+
+COUNTERS: Final = (
+    ("submitted", "wf_activities_submitted", "Activities accepted."),
+    (
+        "dispatched",
+        "wf_activities_dispatched",
+        "Leases granted; the dispatch rate is rate() of this counter.",
+    ),
+    ("lease_renewals", "wf_lease_renewals", "Successful lease renewals."),
+    ("expired_leases", "wf_leases_expired", "Leases that lapsed without renewal."),
+    ("requeued", "wf_activities_requeued", "Activities returned to the queue after a lost lease."),
+    ("retries", "wf_activity_retries", "Failed attempts scheduled for another try."),
+    ("completed", "wf_activities_completed", "Activities completed."),
+    ("failed", "wf_activities_failed", "Activities failed for good."),
+    ("cancelled", "wf_activities_cancelled", "Activities cancelled."),
+    ("steals", "wf_leases_stolen", "Leases moved to another worker by work stealing."),
+    ("workers_lost", "wf_workers_lost", "Workers declared lost."),
+    ("backpressure_changes", "wf_backpressure_changes", "Backpressure level changes."),
+)
+"""(CoreMetrics attribute, metric name without ``_total``, help) of each core counter."""
+
+
+class CoreCollector:
+    """Reads the scheduler core at scrape time (see the module docstring)."""
+
+    def __init__(self, node: SchedulerNode) -> None:
+        self.node = node
+
+    def describe(self) -> Iterator[Metric]:
+        """The families (lets the registry refuse duplicate names at registration)."""
+        return self.collect()
+
+    def collect(self) -> Iterator[Metric]:
+        """Every core-derived family, read now."""
+        core = self.node.core
+        depth = GaugeMetricFamily(
+            "wf_queue_depth", "Queued activities per queue partition.", labels=["partition"]
+        )
+        for partition, count in sorted(core.queue.depth_by_partition.items()):
+            depth.add_metric([partition], count)
+        yield depth
+        yield GaugeMetricFamily(
+            "wf_activities_delayed",
+            "Dormant activities (delayed or awaiting retry).",
+            len(core.timers),
+        )
+        yield GaugeMetricFamily(
+            "wf_leases_running", "Leases held (leased or executing).", core.running
+        )
+        yield GaugeMetricFamily(
+            "wf_worker_capacity_slots",
+            "Sum of max_concurrency over active workers.",
+            core.capacity,
+        )
+        yield GaugeMetricFamily(
+            "wf_worker_utilization_ratio",
+            "Running leases over capacity (0 without capacity).",
+            core.running / core.capacity if core.capacity > 0 else 0.0,
+        )
+        by_status = dict.fromkeys(WorkerStatus, 0)
+        for worker in core.registry.workers.values():
+            by_status[worker.status] += 1
+        workers = GaugeMetricFamily("wf_workers", "Known workers by status.", labels=["status"])
+        for status, count in by_status.items():
+            workers.add_metric([status.value], count)
+        yield workers
+        level = core.backpressure.level
+        pressure = GaugeMetricFamily(
+            "wf_backpressure_level",
+            "1 for the current backpressure level, 0 for the others.",
+            labels=["level"],
+        )
+        for candidate in BackpressureLevel:
+            pressure.add_metric([candidate.value], 1.0 if candidate is level else 0.0)
+        yield pressure
+        yield from _counters(core.metrics)
+        yield _latency(core.metrics)
+
+
+def _counters(metrics: CoreMetrics) -> Iterator[Metric]:
+    for attribute, name, documentation in COUNTERS:
+        yield CounterMetricFamily(name, documentation, value=getattr(metrics, attribute))
+
+
+def _latency(metrics: CoreMetrics) -> HistogramMetricFamily:
+    buckets: list[tuple[str, float]] = []
+    cumulative = 0
+    for bound, count in zip(LATENCY_BUCKETS_S, metrics.latency_buckets, strict=False):
+        cumulative += count
+        buckets.append((_bound(bound), cumulative))
+    buckets.append(("+Inf", metrics.latency_count))
+    return HistogramMetricFamily(
+        "wf_scheduling_latency_seconds",
+        "Time from entering the ready queue to being leased.",
+        buckets=buckets,
+        sum_value=metrics.latency_sum_s,
+    )
+
+
+def _bound(value: float) -> str:
+    return repr(float(value))
+
+
+class ServerMetrics:
+    """One server's registry: the core collector and the RPC series."""
+
+    def __init__(self, node: SchedulerNode, *, process: bool = True) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(CoreCollector(node))
+        if process:
+            ProcessCollector(registry=self.registry)
+        self.rpc_latency = Histogram(
+            "wf_rpc_duration_seconds",
+            "JSON-RPC call latency per method (long polls include their wait).",
+            ["method"],
+            buckets=RPC_LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.rpc_errors = Counter(
+            "wf_rpc_errors",
+            "JSON-RPC calls answered with an error, per method and error code.",
+            ["method", "code"],
+            registry=self.registry,
+        )
+        self._latency_by_method: dict[str, Any] = {}
+
+    def observe_call(
+        self, method: str, duration_s: float, error: str | None, caller: Caller
+    ) -> None:
+        """Record one call (a dispatcher call observer)."""
+        child = self._latency_by_method.get(method)
+        if child is None:
+            child = self._latency_by_method[method] = self.rpc_latency.labels(method)
+        child.observe(duration_s)
+        if error is not None:
+            self.rpc_errors.labels(method, error).inc()
+
+    def render(self, accept: str | None) -> tuple[bytes, str]:
+        """The exposition body and its content type (OpenMetrics when asked for)."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
