@@ -14,10 +14,11 @@ grant arrives or ``wait_s`` passes. Grants can come from any command (a
 submission, another worker's completion, a tick), so the API listens to every
 committed outcome (``node.listeners``) and files ``LeaseGranted`` decisions
 in the mailbox of their worker and ``LeaseRevoked`` ones in its revocation
-list, which the next heartbeat or poll delivers. A poll that times out
-withdraws the demand (``CancelPoll``) and still returns whatever was filed
-in the meantime, so no grant is stranded; one never collected expires like
-any other lease.
+list, which the next heartbeat or poll delivers. Every poll ends by
+withdrawing whatever demand it did not use (``CancelPoll``), so work is only
+ever granted to a worker that is actually waiting; it returns whatever was
+filed in the meantime, so no grant is stranded, and one never collected
+expires like any other lease.
 
 Authorization beyond the role check of :mod:`wf.server.rpc` (WF-005 §24).
 A *bound* caller is any caller that is not an unscoped admin: worker
@@ -397,10 +398,12 @@ class SchedulerAPI:
         if not self._mailbox.get(worker_id) and wait_s > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(arrived.wait(), timeout=wait_s)
-        if not self._mailbox.get(worker_id):
-            worker = self.node.core.registry.workers.get(worker_id)
-            if worker is not None and worker.demand:
-                await self.node.execute(lambda now: cmd.CancelPoll(now=now, worker_id=worker_id))
+        # Demand the poll did not use is withdrawn, so later work never goes to a
+        # worker that is busy with this answer rather than polling (a CancelPoll
+        # writes no records, so this costs no commit).
+        worker = self.node.core.registry.workers.get(worker_id)
+        if worker is not None and worker.demand:
+            await self.node.execute(lambda now: cmd.CancelPoll(now=now, worker_id=worker_id))
         return self._take(worker_id, max_items)
 
     async def shutdown_worker(self, worker_id: str, caller: Caller) -> int:
