@@ -19,3 +19,11 @@ def test_overloaded_carries_retry_after() -> None:
     err = Overloaded("busy", retry_after_s=2.5, depth=10)
     assert err.retryable
     assert err.to_dict()["details"] == {"retry_after_s": 2.5, "depth": 10}
+
+
+def test_every_error_code_is_documented_for_operators() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "server.md").read_text()
+    for cls in ALL_ERRORS:
+        assert f"| `{cls.code}` | {cls.rpc_code} |" in doc, cls.code
