@@ -174,6 +174,9 @@ class WfServer:
     async def stop(self) -> None:
         """Drain: stop listening, let requests finish, stop the node."""
         if self._runner is not None:
+            # Open long polls answer at once (with whatever they hold) instead of
+            # holding the drain for their full wait.
+            self.scheduler.release_polls()
             await self._runner.cleanup()
             self._runner = None
         await self.node.stop()

@@ -227,6 +227,7 @@ class SchedulerAPI:
         """Tenant of every unfinished activity (seeded from the core on the first outcome)."""
         self._finished_tenants: OrderedDict[str, str] = OrderedDict()
         """Tenant of recently finished activities (bounded), for tenant-scoped reads."""
+        self._draining = False
         node.listeners.append(self._route)
         self.trace_context: Callable[[LeaseGranted], str | None] | None = None
         """Set by :mod:`wf.server.tracing` when tracing is on: a lease's ``traceparent``."""
@@ -264,6 +265,12 @@ class SchedulerAPI:
                     finished[r.activity_id] = tenant
                     if len(finished) > FINISHED_MEMORY_MAX:
                         finished.popitem(last=False)
+
+    def release_polls(self) -> None:
+        """Wake every waiting long poll and make new ones return at once (server drain)."""
+        self._draining = True
+        for event in self._arrived.values():
+            event.set()
 
     def _drop_from_mailbox(self, revoked: LeaseRevoked) -> None:
         box = self._mailbox.get(revoked.worker_id)
@@ -395,7 +402,7 @@ class SchedulerAPI:
         await self.node.execute(
             lambda now: cmd.Poll(now=now, worker_id=worker_id, max_items=max_items)
         )
-        if not self._mailbox.get(worker_id) and wait_s > 0:
+        if not self._mailbox.get(worker_id) and wait_s > 0 and not self._draining:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(arrived.wait(), timeout=wait_s)
         # Demand the poll did not use is withdrawn, so later work never goes to a

@@ -1,0 +1,168 @@
+"""``wf worker``: run a worker process from the command line.
+
+``wf worker --app module:object [--server URL ...] [--token T] [--ca FILE
+--cert FILE --key FILE] [--worker-id ID] [--max-concurrency N] ...``
+
+``object`` is a :class:`wf.worker.Worker` (command-line flags override its
+settings), a list of ``@activity`` definitions, or a function returning one
+of those. The current directory is importable, as with ``python -m``. The
+token may come from ``WF_WORKER_TOKEN`` instead of the command line (which
+other users of the host can read). SIGTERM or SIGINT drains gracefully; a
+second one stops at once. Logs are JSON lines on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any, Final
+
+from wf.errors import InvalidArgument, WfError
+from wf.worker import ActivityDefinition, Worker
+
+DEFAULT_SERVER: Final = "http://127.0.0.1:8765"
+TOKEN_ENV: Final = "WF_WORKER_TOKEN"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``wf worker``."""
+    parser = subparsers.add_parser("worker", help="run a worker process")
+    parser.add_argument("--app", required=True, help="module:object (Worker or activities)")
+    parser.add_argument(
+        "--server",
+        action="append",
+        dest="servers",
+        metavar="URL",
+        help=f"server URL; repeat for failover (default {DEFAULT_SERVER})",
+    )
+    parser.add_argument("--token", help=f"worker credential (or ${TOKEN_ENV})")
+    parser.add_argument("--ca", help="CA certificate that signed the server's (PEM)")
+    parser.add_argument("--cert", help="client certificate for mutual TLS (PEM)")
+    parser.add_argument("--key", help="its private key (PEM)")
+    parser.add_argument("--worker-id", help="default: <hostname>-<pid>")
+    parser.add_argument("--max-concurrency", type=int, help="activities run at once")
+    parser.add_argument("--prefetch", type=int, help="extra leases held unstarted")
+    parser.add_argument("--heartbeat-interval", type=float, metavar="S", help="seconds")
+    parser.add_argument("--poll-wait", type=float, metavar="S", help="long-poll seconds")
+    parser.add_argument("--drain-timeout", type=float, metavar="S", help="graceful stop bound")
+    parser.add_argument("--log-format", choices=("json", "text"), default="json")
+    parser.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), default="info"
+    )
+    parser.set_defaults(handler=run)
+
+
+def load_app(spec: str) -> Any:
+    """The object named by ``module:object`` (the current directory is importable)."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise InvalidArgument(f"--app must be module:object, not {spec!r}", field="app")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidArgument(f"cannot import {module_name!r}: {exc}", field="app") from exc
+    target: Any = module
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise InvalidArgument(f"{module_name!r} has no {attribute!r}", field="app") from None
+    return target
+
+
+def build_worker(args: argparse.Namespace) -> Worker:
+    """The worker the arguments describe."""
+    app = load_app(args.app)
+    if callable(app) and not isinstance(app, Worker | ActivityDefinition):
+        app = app()
+    changes: dict[str, Any] = {}
+    if args.servers:
+        changes["servers"] = args.servers
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+    if token:
+        changes["token"] = token
+    if args.ca is not None:
+        from wf.client.tls import client_ssl_context
+
+        changes["ssl_context"] = client_ssl_context(args.ca, args.cert, args.key)
+    elif args.cert is not None or args.key is not None:
+        raise InvalidArgument("--cert/--key need --ca (the server's CA)", field="ca")
+    for flag, name in (
+        ("worker_id", "worker_id"),
+        ("max_concurrency", "max_concurrency"),
+        ("prefetch", "prefetch"),
+        ("heartbeat_interval", "heartbeat_interval_s"),
+        ("poll_wait", "poll_wait_s"),
+        ("drain_timeout", "drain_timeout_s"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            changes[name] = value
+    if isinstance(app, Worker):
+        return app.replace(**changes)
+    if isinstance(app, ActivityDefinition):
+        app = [app]
+    if isinstance(app, list | tuple) and all(isinstance(a, ActivityDefinition) for a in app):
+        servers = changes.pop("servers", [DEFAULT_SERVER])
+        return Worker(servers, app, **changes)
+    raise InvalidArgument(f"{args.app} is neither a Worker nor a list of activities", field="app")
+
+
+async def serve(worker: Worker) -> None:
+    """Run until a signal: the first drains, the second stops at once."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    draining: list[asyncio.Task[None]] = []
+
+    def on_signal() -> None:
+        if draining:
+            main.cancel()
+            return
+        draining.append(asyncio.create_task(worker.shutdown(), name="wf-worker-drain"))
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        await worker.run()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``wf worker``."""
+    from wf.server.config import ObservabilityConfig
+    from wf.server.logs import configure_logging
+
+    configure_logging(ObservabilityConfig(log_format=args.log_format, log_level=args.log_level))
+    try:
+        worker = build_worker(args)
+    except WfError as exc:
+        print(f"wf: error: {exc.message}", file=sys.stderr)
+        return 2
+    try:
+        with contextlib.suppress(asyncio.CancelledError, KeyboardInterrupt):
+            asyncio.run(serve(worker))
+    except WfError as exc:
+        print(f"wf: error: {exc.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m wf.cli.worker_cmd`` (same as ``wf worker``)."""
+    parser = argparse.ArgumentParser(prog="wf")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["worker", *(argv if argv is not None else sys.argv[1:])])
+    code: int = args.handler(args)
+    return code

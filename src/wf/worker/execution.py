@@ -1,0 +1,159 @@
+"""Running one attempt of an activity and classifying how it ended.
+
+:func:`execute` decodes the payload, binds the :class:`ActivityContext`,
+runs the function (``async`` ones as their own task, sync ones in the
+worker's thread pool) and returns what the worker must report: a
+:class:`Succeeded` with the encoded result, a :class:`Failed` with the
+error type (the exception's class name) and whether it is retryable (not a
+:class:`~wf.worker.activity.NonRetryableError`), or :class:`Abandoned` when
+the attempt was cancelled because its lease was lost (nothing is reported
+then: the lease is no longer the worker's to report on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+from wf.worker.activity import (
+    ActivityCancelled,
+    ActivityContext,
+    ActivityDefinition,
+    InvalidPayload,
+    NonRetryableError,
+    bind_context,
+    decode_payload,
+    encode_result,
+    unbind_context,
+)
+
+ERROR_MESSAGE_MAX: Final = 4_000
+"""Longest error message reported (longer ones are cut)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    """Report ``scheduler.leases.complete`` with this result."""
+
+    result: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """Report ``scheduler.leases.fail``."""
+
+    error_type: str
+    message: str
+    retryable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Abandoned:
+    """The lease was lost; report nothing."""
+
+    reason: str
+
+
+Ending = Succeeded | Failed | Abandoned
+
+
+def _failed(exc: BaseException) -> Failed:
+    message = str(exc)
+    if len(message) > ERROR_MESSAGE_MAX:
+        message = message[: ERROR_MESSAGE_MAX - 3] + "..."
+    return Failed(
+        error_type=type(exc).__name__,
+        message=message,
+        retryable=not isinstance(exc, NonRetryableError),
+    )
+
+
+def _call_sync(
+    defn: ActivityDefinition, context: ActivityContext, args: list[Any], kwargs: dict[str, Any]
+) -> Any:
+    token = bind_context(context)
+    try:
+        return defn.fn(*args, **kwargs)
+    finally:
+        unbind_context(token)
+
+
+async def _call_async(
+    defn: ActivityDefinition, context: ActivityContext, args: list[Any], kwargs: dict[str, Any]
+) -> Any:
+    # A task runs in its own copy of the context: binding here touches nothing else.
+    bind_context(context)
+    return await defn.fn(*args, **kwargs)
+
+
+async def execute(
+    defn: ActivityDefinition | None,
+    context: ActivityContext,
+    payload: bytes,
+    executor: Executor | None,
+    on_task: Callable[[asyncio.Task[Any]], None],
+) -> Ending:
+    """Run one attempt (see the module docstring).
+
+    ``on_task`` receives an ``async`` activity's task so that the worker can
+    cancel it; sync activities are cancelled through ``context`` only.
+    """
+    info = context.info
+    if defn is None:
+        return Failed(
+            error_type="UnknownActivityType",
+            message=f"this worker has no activity {info.activity_type!r}",
+            retryable=True,
+        )
+    try:
+        args, kwargs = decode_payload(payload)
+    except InvalidPayload as exc:
+        return _failed(exc)
+    if defn.is_async:
+        task = asyncio.create_task(
+            _call_async(defn, context, args, kwargs), name=f"wf-activity-{info.activity_id}"
+        )
+        on_task(task)
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task.cancelled():
+            if context.cancelled:
+                return Abandoned(context.cancel_reason or "cancelled")
+            return Failed(
+                error_type="CancelledError", message="the activity cancelled itself", retryable=True
+            )
+        error = task.exception()
+        if error is not None:
+            if context.cancelled:
+                return Abandoned(context.cancel_reason or "cancelled")
+            return _failed(error)
+        value = task.result()
+    else:
+        assert executor is not None, "sync activities need the worker's thread pool"
+        loop = asyncio.get_running_loop()
+        try:
+            value = await loop.run_in_executor(executor, _call_sync, defn, context, args, kwargs)
+        except ActivityCancelled:
+            return Abandoned(context.cancel_reason or "cancelled")
+        except Exception as exc:
+            if context.cancelled:
+                return Abandoned(context.cancel_reason or "cancelled")
+            return _failed(exc)
+    if context.cancelled:
+        return Abandoned(context.cancel_reason or "cancelled")
+    try:
+        return Succeeded(encode_result(value))
+    except (TypeError, msgspec.EncodeError) as exc:
+        return Failed(
+            error_type="ResultNotSerializable",
+            message=f"the return value is not JSON-serializable: {exc}",
+            retryable=False,
+        )

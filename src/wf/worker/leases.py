@@ -1,0 +1,83 @@
+"""What a worker knows about the leases it holds, and what it has done.
+
+A :class:`HeldLease` goes ``leased`` (received, waiting for an execution
+slot) -> ``executing`` (start reported, code running) -> ``reporting``
+(result on its way); ``lost`` is set, once, when the lease stops being the
+worker's (revoked, stale, expired, returned), after which nothing more is
+reported on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from wf.scheduler.outputs import LeaseGranted
+from wf.worker.activity import ActivityContext
+
+
+class LeaseStatus(enum.StrEnum):
+    """Where a held lease is, as the worker sees it."""
+
+    LEASED = "leased"
+    """Received, waiting for an execution slot (not started)."""
+    EXECUTING = "executing"
+    """Started (or being started) and running."""
+    REPORTING = "reporting"
+    """Finished; its result is on the way to the server."""
+
+
+@dataclass(slots=True, kw_only=True)
+class HeldLease:
+    """One lease the worker holds."""
+
+    grant: LeaseGranted
+    context: ActivityContext
+    status: LeaseStatus = LeaseStatus.LEASED
+    lost: str | None = None
+    """Why the lease was lost (``None`` while it is ours)."""
+    activity_task: asyncio.Task[Any] | None = None
+    """An ``async`` activity's task, to cancel it."""
+
+    @property
+    def token(self) -> int:
+        """The fencing token."""
+        return self.grant.lease.token
+
+    @property
+    def activity_id(self) -> str:
+        """The leased activity."""
+        return self.grant.lease.activity_id
+
+    def fenced(self) -> dict[str, Any]:
+        """The parameters every lease call carries."""
+        return {"activity_id": self.activity_id, "token": self.token}
+
+
+@dataclass(slots=True)
+class WorkerCounters:
+    """What the worker did (for tests, logs and operators)."""
+
+    received: int = 0
+    """Leases received."""
+    started: int = 0
+    """Starts the server acknowledged."""
+    completed: int = 0
+    """Completions the server acknowledged."""
+    failed: int = 0
+    """Failed attempts the server acknowledged."""
+    lost: int = 0
+    """Leases lost (revoked, stale, expired, returned)."""
+    registrations: int = 0
+    """Successful registrations (1 + re-registrations)."""
+    connection_losses: int = 0
+    """Times a call found the server unreachable."""
+    acknowledged: list[tuple[str, int]] = field(default_factory=list)
+    """``(activity_id, token)`` of every acknowledged completion, oldest first
+    (bounded by :data:`ACKNOWLEDGED_MAX`)."""
+
+
+ACKNOWLEDGED_MAX: Final = 10_000
+"""Most acknowledged completions :class:`WorkerCounters` remembers."""

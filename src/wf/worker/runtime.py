@@ -1,0 +1,831 @@
+"""The worker: registers, heartbeats, long-polls for leases, runs them, reports once.
+
+Theory of operation
+-------------------
+A :class:`Worker` is a handful of asyncio tasks around one
+:class:`~wf.client.rpc_client.RpcClient`:
+
+* the *registrar* registers (declaring the activity types it runs) whenever
+  the worker is not known to be connected: at start, after any call found
+  the server unreachable, and after a heartbeat or poll was refused with
+  ``worker_not_active``/``not_found``/``forbidden`` (the server restarted on
+  another store, or declared the worker lost). It retries with
+  :class:`~wf.worker.backoff.Backoff` (exponential, capped, jittered) and is
+  the only place that waits between reconnection attempts; every other loop
+  waits for its ``connected`` event;
+* the *heartbeat* loop sends workload, CPU, memory, queue depth, last
+  completed activity and lease status every ``heartbeat_interval_s``;
+* the *poll* loop long-polls for as many leases as the worker has free
+  slots, and does not poll while it has none (revocations then arrive with
+  the next heartbeat answer, or as a refused renewal);
+* the *renewal* loop renews every held lease each third of the lease TTL;
+* the :class:`~wf.worker.outbox.Outbox` sends start, renew, complete and
+  fail calls, batched when several are ready at once.
+
+Each lease gets a runner task: it waits for an execution slot
+(``max_concurrency``; leases beyond it, up to ``prefetch``, wait unstarted),
+reports the start, runs the activity (:func:`~wf.worker.execution.execute`)
+and reports the result with the lease's fencing token. A report the server
+did not answer is retried (after reconnecting) until the server answers:
+the fencing token makes the retry harmless, since a report that was applied
+the first time is refused as stale the second. A lease is *lost* when a
+revocation names it (delivered by poll and heartbeat answers) or when the
+server refuses one of its calls as ``stale_lease``/``lease_expired``/
+``not_found``; a lost lease is cancelled (its ``async`` task is cancelled,
+sync code sees :func:`~wf.worker.activity.is_cancelled`) and never reported
+on again. So each lease is reported on at most once, and exactly once
+unless it was lost first.
+
+Graceful :meth:`Worker.shutdown`: stop polling, drop unstarted leases, call
+``scheduler.workers.shutdown`` (the server requeues the unstarted leases at
+once instead of letting them expire), keep heartbeating and renewing while
+executing activities finish and report, then stop. The worker never
+re-registers while draining: that would make it active again.
+
+Time is the event loop's monotonic clock; nothing here reads the wall clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import ssl
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
+
+import msgspec
+
+import wf
+from wf.client.rpc_client import RpcClient
+from wf.errors import (
+    Conflict,
+    Forbidden,
+    IllegalTransition,
+    InvalidArgument,
+    LeaseExpired,
+    NotFound,
+    StaleLease,
+    Unauthorized,
+    WfError,
+    WorkerNotActive,
+)
+from wf.scheduler.model import HeartbeatStats, WorkerInfo
+from wf.scheduler.outputs import LeaseGranted, LeaseRevoked
+from wf.worker.activity import ActivityContext, ActivityDefinition, ActivityInfo
+from wf.worker.backoff import Backoff
+from wf.worker.execution import Abandoned, Ending, Failed, Succeeded, execute
+from wf.worker.leases import ACKNOWLEDGED_MAX, HeldLease, LeaseStatus, WorkerCounters
+from wf.worker.outbox import Outbox, stop_task
+from wf.worker.stats import ProcessSampler
+
+log = logging.getLogger("wf.worker")
+
+POLL_WAIT_S: Final = 10.0
+"""Default long-poll wait (the server allows up to 60 s)."""
+POLL_ITEMS_MAX: Final = 1_000
+"""Most leases asked for in one poll (the server's default bound; halved while a
+server with a lower ``poll_items_max`` refuses it)."""
+CALL_TIMEOUT_MARGIN_S: Final = 10.0
+"""Added to a call's own waiting time before it counts as unanswered."""
+HEARTBEAT_TIMEOUT_S: Final = 10.0
+"""Longest a heartbeat or registration may take."""
+FORBIDDEN_RETRIES_MAX: Final = 3
+"""Lease calls refused as ``forbidden`` are retried after re-registering this often."""
+DEFAULT_LEASE_TTL_S: Final = 30.0
+"""Assumed until the server's registration answer names the real TTL."""
+
+_REGISTRATION_LOST: Final = (WorkerNotActive, NotFound, Forbidden)
+"""Refusals of heartbeat/poll that mean: register again."""
+_LEASE_LOST: Final = (StaleLease, LeaseExpired, NotFound, Conflict)
+"""Refusals of a lease call that mean: the lease is not ours any more."""
+
+
+class _RegisterResult(msgspec.Struct, frozen=True, kw_only=True):
+    worker_id: str
+    lease_ttl_s: float
+    heartbeat_misses_max: int
+
+
+class _PollResult(msgspec.Struct, frozen=True, kw_only=True):
+    leases: list[LeaseGranted]
+    revoked: list[LeaseRevoked]
+    traceparents: dict[str, str] = msgspec.field(default_factory=dict)
+    """Lease id -> W3C ``traceparent`` of the server's lease span (when it traces)."""
+
+
+class _HeartbeatResult(msgspec.Struct, frozen=True, kw_only=True):
+    revoked: list[LeaseRevoked]
+
+
+def default_worker_id() -> str:
+    """``<hostname>-<pid>``: unique among the live processes of a fleet."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _transport_error(exc: BaseException) -> bool:
+    """An error after which the server may be fine but must be reached again."""
+    return isinstance(exc, TimeoutError) or (isinstance(exc, WfError) and exc.retryable)
+
+
+class Worker:
+    """A wf worker (see the module docstring).
+
+    ``servers`` are tried in order (failover); ``token`` is a worker
+    credential; ``ssl_context`` verifies the server (and presents a client
+    certificate for mutual TLS). ``capabilities`` default to everything the
+    activities require; explicit ones must cover those requirements.
+    ``prefetch`` leases beyond ``max_concurrency`` may be held unstarted to
+    hide poll latency (the server sees ``max_concurrency + prefetch`` as the
+    worker's capacity); graceful shutdown returns them at once.
+    ``drain_timeout_s`` bounds how long :meth:`shutdown` waits for executing
+    activities before cancelling them (``None``: as long as they take).
+    """
+
+    def __init__(
+        self,
+        servers: str | Sequence[str],
+        activities: Iterable[ActivityDefinition],
+        *,
+        worker_id: str | None = None,
+        token: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        capabilities: Iterable[str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        max_concurrency: int = 4,
+        prefetch: int = 0,
+        heartbeat_interval_s: float = 5.0,
+        tenants: Iterable[str] | None = None,
+        partitions: Iterable[str] | None = None,
+        poll_wait_s: float = POLL_WAIT_S,
+        drain_timeout_s: float | None = None,
+        version: str = wf.__version__,
+    ) -> None:
+        self.servers = [servers] if isinstance(servers, str) else list(servers)
+        if not self.servers:
+            raise InvalidArgument("a worker needs at least one server URL", field="servers")
+        self.activities: dict[str, ActivityDefinition] = {}
+        for defn in activities:
+            if not isinstance(defn, ActivityDefinition):
+                raise InvalidArgument(f"{defn!r} is not an @activity", field="activities")
+            if defn.name in self.activities:
+                raise InvalidArgument(f"two activities named {defn.name!r}", field="activities")
+            self.activities[defn.name] = defn
+        if not self.activities:
+            raise InvalidArgument("a worker needs at least one activity", field="activities")
+        needed = frozenset().union(*(d.capabilities for d in self.activities.values()))
+        advertised = needed if capabilities is None else frozenset(capabilities)
+        if not needed <= advertised:
+            raise InvalidArgument(
+                f"the activities need capabilities {sorted(needed - advertised)} "
+                "the worker does not advertise",
+                field="capabilities",
+            )
+        if max_concurrency < 1 or prefetch < 0:
+            raise InvalidArgument("max_concurrency must be >= 1 and prefetch >= 0")
+        if not 0 < heartbeat_interval_s <= 3600:
+            raise InvalidArgument("heartbeat_interval_s must be in (0, 3600]")
+        if not 0 <= poll_wait_s <= 60:
+            raise InvalidArgument("poll_wait_s must be in [0, 60]")
+        self.worker_id = worker_id or default_worker_id()
+        self.token = token
+        self.ssl_context = ssl_context
+        self.capabilities = advertised
+        self.labels = dict(labels or {})
+        self.max_concurrency = max_concurrency
+        self.prefetch = prefetch
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.tenants = frozenset(tenants) if tenants is not None else None
+        self.partitions = frozenset(partitions) if partitions is not None else None
+        self.poll_wait_s = poll_wait_s
+        self.drain_timeout_s = drain_timeout_s
+        self.version = version
+        self.info = WorkerInfo(
+            worker_id=self.worker_id,
+            hostname=socket.gethostname(),
+            capabilities=self.capabilities,
+            max_concurrency=max_concurrency + prefetch,
+            labels=self.labels,
+            version=version,
+            heartbeat_interval_s=heartbeat_interval_s,
+            activity_types=frozenset(self.activities),
+            tenants=self.tenants,
+            partitions=self.partitions,
+        )
+        self.counters = WorkerCounters()
+        self.lease_ttl_s = DEFAULT_LEASE_TTL_S
+        self.connected = asyncio.Event()
+        """Set while the worker is registered and the server answers."""
+        self._register_needed = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._finished = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._held: dict[int, HeldLease] = {}
+        self._buffer: deque[HeldLease] = deque()
+        self._executing = 0
+        self._runners: set[asyncio.Task[None]] = set()
+        self._draining = False
+        self._running = False
+        self._fatal: BaseException | None = None
+        self._last_completed: str | None = None
+        self._client: RpcClient | None = None
+        self._outbox: Outbox | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._poll_task: asyncio.Task[None] | None = None
+        self._poll_items_max = POLL_ITEMS_MAX
+        self._backoff = Backoff(self.worker_id)
+        self._sampler: ProcessSampler | None = None
+
+    def replace(self, **changes: Any) -> Worker:
+        """A new, unstarted worker with the same settings except ``changes``."""
+        settings: dict[str, Any] = {
+            "servers": self.servers,
+            "activities": list(self.activities.values()),
+            "worker_id": self.worker_id,
+            "token": self.token,
+            "ssl_context": self.ssl_context,
+            "capabilities": self.capabilities,
+            "labels": self.labels,
+            "max_concurrency": self.max_concurrency,
+            "prefetch": self.prefetch,
+            "heartbeat_interval_s": self.heartbeat_interval_s,
+            "tenants": self.tenants,
+            "partitions": self.partitions,
+            "poll_wait_s": self.poll_wait_s,
+            "drain_timeout_s": self.drain_timeout_s,
+            "version": self.version,
+        }
+        settings.update(changes)
+        return Worker(**settings)
+
+    # -------------------------------------------------------------- lifecycle
+
+    @property
+    def executing(self) -> int:
+        """Activities running now."""
+        return self._executing
+
+    @property
+    def lease_calls(self) -> tuple[int, int]:
+        """``(calls, HTTP requests)`` of lease calls so far: batching shows as calls > requests."""
+        if self._outbox is None:
+            return 0, 0
+        return self._outbox.calls_sent, self._outbox.batches_sent
+
+    def held(self) -> dict[str, LeaseStatus]:
+        """Activity id -> status of every lease held now."""
+        return {h.activity_id: h.status for h in self._held.values()}
+
+    def context_of(self, activity_id: str) -> ActivityContext | None:
+        """The context of a held lease's attempt (heartbeat details, cancellation)."""
+        for h in self._held.values():
+            if h.activity_id == activity_id:
+                return h.context
+        return None
+
+    async def run(self) -> None:
+        """Work until :meth:`shutdown` finishes; raises a fatal error (e.g. refused
+        credentials) if one stops the worker."""
+        if self._running or self._closed.is_set():
+            raise RuntimeError("a Worker runs once")
+        self._running = True
+        loop = asyncio.get_running_loop()
+        self._sampler = ProcessSampler(loop.time())
+        self._client = RpcClient(self.servers, token=self.token, ssl_context=self.ssl_context)
+        self._outbox = Outbox(self._client)
+        if any(not d.is_async for d in self.activities.values()):
+            self._executor = ThreadPoolExecutor(
+                max_workers=self.max_concurrency, thread_name_prefix="wf-activity"
+            )
+        self._register_needed.set()
+        loops = [
+            asyncio.create_task(self._outbox.run(), name="wf-worker-outbox"),
+            asyncio.create_task(self._registrar(), name="wf-worker-registrar"),
+            asyncio.create_task(self._heartbeat_loop(), name="wf-worker-heartbeat"),
+            asyncio.create_task(self._renew_loop(), name="wf-worker-renew"),
+        ]
+        self._poll_task = asyncio.create_task(self._poll_loop(), name="wf-worker-poll")
+        log.info(
+            "worker %s starting",
+            self.worker_id,
+            extra={
+                "action": "worker.starting",
+                "worker_id": self.worker_id,
+                "servers": self.servers,
+                "activity_types": sorted(self.activities),
+                "max_concurrency": self.max_concurrency,
+            },
+        )
+        try:
+            await self._finished.wait()
+        finally:
+            await stop_task(self._poll_task)
+            for runner in list(self._runners):
+                await stop_task(runner)
+            for task in reversed(loops):
+                await stop_task(task)
+            await self._client.close()
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+            self._closed.set()
+            log.info(
+                "worker %s stopped",
+                self.worker_id,
+                extra={"action": "worker.stopped", "worker_id": self.worker_id},
+            )
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def shutdown(self) -> None:
+        """Graceful shutdown (see the module docstring); returns once the worker stopped."""
+        if not self._running:
+            self._closed.set()
+            return
+        if self._draining or self._finished.is_set():
+            await self._closed.wait()
+            return
+        self._draining = True
+        log.info(
+            "worker %s draining",
+            self.worker_id,
+            extra={
+                "action": "worker.draining",
+                "worker_id": self.worker_id,
+                "executing": self._executing,
+                "unstarted": len(self._buffer),
+            },
+        )
+        await stop_task(self._poll_task)
+        while self._buffer:
+            self._lose(self._buffer[0], "returned")
+        await self._announce_shutdown()
+        self._check_idle()
+        try:
+            async with asyncio.timeout(self.drain_timeout_s):
+                await self._idle.wait()
+        except TimeoutError:
+            log.warning(
+                "worker %s: drain timeout, cancelling %d activities",
+                self.worker_id,
+                self._executing,
+                extra={"action": "worker.drain_timeout", "worker_id": self.worker_id},
+            )
+        self._finished.set()
+        await self._closed.wait()
+
+    async def _announce_shutdown(self) -> None:
+        """``scheduler.workers.shutdown``, if the server can be reached in reasonable time."""
+        assert self._client is not None
+        if self.counters.registrations == 0:
+            return
+        try:
+            async with asyncio.timeout(HEARTBEAT_TIMEOUT_S):
+                answer = await self._client.call(
+                    "scheduler.workers.shutdown", {"worker_id": self.worker_id}
+                )
+        except (WfError, TimeoutError) as exc:
+            log.warning(
+                "worker %s: shutdown not acknowledged: %r",
+                self.worker_id,
+                exc,
+                extra={"action": "worker.shutdown_unacknowledged", "worker_id": self.worker_id},
+            )
+            return
+        log.info(
+            "worker %s: server returned %s unstarted leases",
+            self.worker_id,
+            answer.get("returned") if isinstance(answer, dict) else answer,
+            extra={"action": "worker.shutdown_acknowledged", "worker_id": self.worker_id},
+        )
+
+    def _check_idle(self) -> None:
+        if self._draining and not self._held:
+            self._idle.set()
+
+    def _stop_fatally(self, exc: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = exc
+            log.error(
+                "worker %s stops: %s",
+                self.worker_id,
+                exc,
+                extra={"action": "worker.fatal", "worker_id": self.worker_id, "error": repr(exc)},
+            )
+        self._finished.set()
+
+    # ----------------------------------------------------------- connection
+
+    def _connection_lost(self, exc: BaseException) -> None:
+        if self.connected.is_set():
+            self.counters.connection_losses += 1
+            log.warning(
+                "worker %s: server unreachable: %r",
+                self.worker_id,
+                exc,
+                extra={"action": "worker.connection_lost", "worker_id": self.worker_id},
+            )
+        self.connected.clear()
+        self._register_needed.set()
+
+    def _registration_lost(self, exc: WfError) -> None:
+        if self._draining:
+            return
+        log.warning(
+            "worker %s: registration lost (%s); registering again",
+            self.worker_id,
+            exc.code,
+            extra={"action": "worker.registration_lost", "worker_id": self.worker_id},
+        )
+        self.connected.clear()
+        self._register_needed.set()
+
+    async def _registrar(self) -> None:
+        assert self._client is not None
+        while True:
+            await self._register_needed.wait()
+            try:
+                async with asyncio.timeout(HEARTBEAT_TIMEOUT_S):
+                    if self._draining:
+                        # Registering would make a draining worker active again: probe.
+                        await self._probe()
+                    else:
+                        await self._register()
+            except (Unauthorized, Forbidden, InvalidArgument) as exc:
+                self._stop_fatally(exc)
+                return
+            except (WfError, TimeoutError) as exc:
+                await asyncio.sleep(self._backoff.next_delay_s())
+                if not _transport_error(exc):
+                    log.warning(
+                        "worker %s: registration refused: %r",
+                        self.worker_id,
+                        exc,
+                        extra={"action": "worker.register_refused", "worker_id": self.worker_id},
+                    )
+                continue
+            self._register_needed.clear()
+            self.connected.set()
+
+    async def _register(self) -> None:
+        assert self._client is not None
+        raw = await self._client.call("scheduler.workers.register", {"info": self.info})
+        answer = msgspec.convert(raw, _RegisterResult)
+        self.lease_ttl_s = answer.lease_ttl_s
+        self.counters.registrations += 1
+        log.info(
+            "worker %s registered",
+            self.worker_id,
+            extra={
+                "action": "worker.registered",
+                "worker_id": self.worker_id,
+                "lease_ttl_s": answer.lease_ttl_s,
+                "registrations": self.counters.registrations,
+            },
+        )
+
+    async def _probe(self) -> None:
+        assert self._client is not None
+        # Refused or not, the server answered: it is reachable, and that was the question.
+        with contextlib.suppress(WorkerNotActive, NotFound):
+            await self._client.call(
+                "scheduler.workers.heartbeat",
+                {"worker_id": self.worker_id, "stats": self._stats()},
+            )
+
+    def _contact(self) -> None:
+        """A call was answered: the next failure backs off from the start."""
+        self._backoff.reset()
+
+    # -------------------------------------------------------------- heartbeat
+
+    def _stats(self) -> HeartbeatStats:
+        loop = asyncio.get_running_loop()
+        sampler = self._sampler
+        assert sampler is not None
+        status = {
+            h.activity_id: (
+                LeaseStatus.LEASED.value
+                if h.status is LeaseStatus.LEASED
+                else LeaseStatus.EXECUTING.value
+            )
+            for h in self._held.values()
+            if h.lost is None
+        }
+        return HeartbeatStats(
+            workload=self._executing,
+            memory_fraction=sampler.memory_fraction(),
+            cpu_fraction=sampler.cpu_fraction(loop.time()),
+            queue_depth=len(self._buffer),
+            last_completed_activity=self._last_completed,
+            lease_status=status,
+        )
+
+    async def _heartbeat_loop(self) -> None:
+        assert self._client is not None
+        while True:
+            await self.connected.wait()
+            try:
+                async with asyncio.timeout(HEARTBEAT_TIMEOUT_S):
+                    raw = await self._client.call(
+                        "scheduler.workers.heartbeat",
+                        {"worker_id": self.worker_id, "stats": self._stats()},
+                    )
+            except Unauthorized as exc:
+                self._stop_fatally(exc)
+                return
+            except _REGISTRATION_LOST as exc:
+                self._registration_lost(exc)
+                if not self._draining:
+                    continue
+            except (WfError, TimeoutError) as exc:
+                self._connection_lost(exc)
+                continue
+            else:
+                self._contact()
+                self._on_revoked(msgspec.convert(raw, _HeartbeatResult).revoked)
+            await asyncio.sleep(self.heartbeat_interval_s)
+
+    # ------------------------------------------------------------------- poll
+
+    async def _poll_loop(self) -> None:
+        assert self._client is not None
+        while not self._draining:
+            await self.connected.wait()
+            self._slot_freed.clear()
+            want = min(self.max_concurrency + self.prefetch - len(self._held), self._poll_items_max)
+            if want <= 0:
+                await self._slot_freed.wait()
+                continue
+            try:
+                async with asyncio.timeout(self.poll_wait_s + CALL_TIMEOUT_MARGIN_S):
+                    raw = await self._client.call(
+                        "scheduler.workers.poll",
+                        {
+                            "worker_id": self.worker_id,
+                            "max_items": want,
+                            "wait_s": self.poll_wait_s,
+                        },
+                    )
+            except Unauthorized as exc:
+                self._stop_fatally(exc)
+                return
+            except _REGISTRATION_LOST as exc:
+                self._registration_lost(exc)
+                continue
+            except InvalidArgument as exc:
+                if want == 1:
+                    self._stop_fatally(exc)
+                    return
+                # The server bounds polls lower than we guessed (its poll_items_max).
+                self._poll_items_max = max(1, want // 2)
+                continue
+            except (WfError, TimeoutError) as exc:
+                if _transport_error(exc):
+                    self._connection_lost(exc)
+                else:
+                    self._stop_fatally(exc)
+                    return
+                continue
+            self._contact()
+            result = msgspec.convert(raw, _PollResult)
+            self._on_revoked(result.revoked)
+            self._accept(result.leases, result.traceparents)
+
+    def _accept(self, grants: list[LeaseGranted], traceparents: Mapping[str, str]) -> None:
+        for grant in grants:
+            lease = grant.lease
+            if lease.token in self._held:
+                continue  # delivered twice (a retried poll): one runner per lease
+            info = ActivityInfo(
+                activity_id=lease.activity_id,
+                activity_type=grant.activity_type,
+                attempt=lease.attempt,
+                token=lease.token,
+                worker_id=self.worker_id,
+                workflow_id=grant.workflow_id,
+                correlation_id=grant.correlation_id,
+                traceparent=traceparents.get(lease.lease_id),
+            )
+            held = HeldLease(grant=grant, context=ActivityContext(info=info))
+            self._held[lease.token] = held
+            self._buffer.append(held)
+            self.counters.received += 1
+            log.debug(
+                "lease %s received",
+                lease.token,
+                extra={
+                    "action": "lease.received",
+                    "worker_id": self.worker_id,
+                    "activity_id": lease.activity_id,
+                    "token": lease.token,
+                    "correlation_id": grant.correlation_id,
+                },
+            )
+        self._pump()
+
+    def _pump(self) -> None:
+        """Start buffered leases while execution slots are free."""
+        while self._buffer and self._executing < self.max_concurrency and not self._draining:
+            held = self._buffer.popleft()
+            self._executing += 1
+            held.status = LeaseStatus.EXECUTING
+            runner = asyncio.create_task(self._run_lease(held), name=f"wf-lease-{held.token}")
+            self._runners.add(runner)
+            runner.add_done_callback(self._runners.discard)
+
+    # ----------------------------------------------------------- revocation
+
+    def _on_revoked(self, revoked: list[LeaseRevoked]) -> None:
+        for r in revoked:
+            held = self._held.get(r.token)
+            if held is not None:
+                self._lose(held, f"revoked:{r.reason}")
+
+    def _lose(self, held: HeldLease, reason: str) -> None:
+        """The lease is no longer ours: cancel its work, never report on it."""
+        if held.lost is not None:
+            return
+        held.lost = reason
+        held.context.cancel(reason)
+        self.counters.lost += 1
+        log.info(
+            "lease %s lost: %s",
+            held.token,
+            reason,
+            extra={
+                "action": "lease.lost",
+                "worker_id": self.worker_id,
+                "activity_id": held.activity_id,
+                "token": held.token,
+                "reason": reason,
+                "status": held.status.value,
+                "correlation_id": held.grant.correlation_id,
+            },
+        )
+        if held.status is LeaseStatus.LEASED:
+            self._buffer.remove(held)
+            self._release(held)
+        elif held.activity_task is not None:
+            held.activity_task.cancel()
+
+    def _release(self, held: HeldLease) -> None:
+        self._held.pop(held.token, None)
+        self._slot_freed.set()
+        self._check_idle()
+
+    # ---------------------------------------------------------------- leases
+
+    async def _run_lease(self, held: HeldLease) -> None:
+        try:
+            ending: Ending | None = None
+            try:
+                if await self._fenced_call(held, "scheduler.leases.start", held.fenced()):
+                    self.counters.started += 1
+                    ending = await self._execute(held)
+            finally:
+                self._executing -= 1
+                self._pump()
+            if ending is None or isinstance(ending, Abandoned) or held.lost is not None:
+                return
+            held.status = LeaseStatus.REPORTING
+            await self._report(held, ending)
+        finally:
+            self._release(held)
+
+    async def _execute(self, held: HeldLease) -> Ending:
+        if held.lost is not None:
+            return Abandoned(held.lost)
+
+        def keep(task: asyncio.Task[Any]) -> None:
+            held.activity_task = task
+
+        return await execute(
+            self.activities.get(held.grant.activity_type),
+            held.context,
+            held.grant.payload,
+            self._executor,
+            keep,
+        )
+
+    async def _report(self, held: HeldLease, ending: Succeeded | Failed) -> None:
+        if isinstance(ending, Succeeded):
+            method = "scheduler.leases.complete"
+            params = {**held.fenced(), "result": ending.result}
+        else:
+            method = "scheduler.leases.fail"
+            params = {
+                **held.fenced(),
+                "error_type": ending.error_type,
+                "message": ending.message,
+                "retryable": ending.retryable,
+            }
+        if not await self._fenced_call(held, method, params):
+            return
+        extra = {
+            "worker_id": self.worker_id,
+            "activity_id": held.activity_id,
+            "token": held.token,
+            "attempt": held.grant.lease.attempt,
+            "correlation_id": held.grant.correlation_id,
+        }
+        if isinstance(ending, Succeeded):
+            self.counters.completed += 1
+            if len(self.counters.acknowledged) < ACKNOWLEDGED_MAX:
+                self.counters.acknowledged.append((held.activity_id, held.token))
+            self._last_completed = held.activity_id
+            log.info(
+                "activity %s completed",
+                held.activity_id,
+                extra={"action": "lease.completed", **extra},
+            )
+        else:
+            self.counters.failed += 1
+            log.info(
+                "activity %s failed: %s",
+                held.activity_id,
+                ending.error_type,
+                extra={
+                    "action": "lease.failed",
+                    "error_type": ending.error_type,
+                    "retryable": ending.retryable,
+                    **extra,
+                },
+            )
+
+    async def _fenced_call(self, held: HeldLease, method: str, params: dict[str, Any]) -> bool:
+        """One lease call, retried until the server answers; False if the lease was lost.
+
+        A start refused as ``illegal_transition`` was applied by an earlier try
+        whose answer got lost: it counts as done.
+        """
+        outbox = self._outbox
+        assert outbox is not None
+        forbidden = 0
+        starting = method == "scheduler.leases.start"
+        while True:
+            if starting and held.lost is not None:
+                return False
+            try:
+                await outbox.call(method, params)
+            except IllegalTransition as exc:
+                if starting:
+                    return True
+                self._lose(held, exc.code)
+                return False
+            except _LEASE_LOST as exc:
+                self._lose(held, exc.code)
+                return False
+            except Unauthorized as exc:
+                self._lose(held, exc.code)
+                self._stop_fatally(exc)
+                return False
+            except Forbidden as exc:
+                forbidden += 1
+                if forbidden > FORBIDDEN_RETRIES_MAX:
+                    self._lose(held, exc.code)
+                    return False
+                self._registration_lost(exc)
+            except WfError as exc:
+                if not exc.retryable:
+                    self._lose(held, exc.code)
+                    return False
+                self._connection_lost(exc)
+            else:
+                self._contact()
+                return True
+            await self.connected.wait()
+
+    async def _renew_loop(self) -> None:
+        outbox = self._outbox
+        assert outbox is not None
+        while True:
+            # After connecting: the registration answer names the TTL.
+            await self.connected.wait()
+            await asyncio.sleep(self.lease_ttl_s / 3.0)
+            due = [
+                h
+                for h in self._held.values()
+                if h.lost is None
+                and h.status is not LeaseStatus.REPORTING
+                and h.grant.lease.renewable
+            ]
+            if not due:
+                continue
+            answers = await asyncio.gather(
+                *(outbox.call("scheduler.leases.renew", h.fenced()) for h in due),
+                return_exceptions=True,
+            )
+            for held, answer in zip(due, answers, strict=True):
+                if not isinstance(answer, BaseException):
+                    continue
+                if held.status is LeaseStatus.REPORTING:
+                    continue  # the report's own answer decides
+                if isinstance(answer, _LEASE_LOST):
+                    self._lose(held, answer.code)
+                elif isinstance(answer, WfError) and answer.retryable:
+                    self._connection_lost(answer)
