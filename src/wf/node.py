@@ -15,7 +15,9 @@ concurrent callers share one group commit.
 If a commit fails, the in-memory core is ahead of the store. The node then
 *fails stop*: it refuses every further command with
 :class:`~wf.errors.StoreUnavailable` until :meth:`restart` reloads the core
-from the store, which is the only state anyone was ever told about.
+from the store, which is the only state anyone was ever told about. The
+store itself is fenced by the failure, so appends already queued behind the
+failed one (computed from state that included it) are refused as well.
 
 Start-up is WF-005 §23 recovery: load the durable state, rebuild the core
 (:func:`wf.store.loader.build_snapshot`), give every worker a fresh
@@ -130,8 +132,7 @@ class SchedulerNode:
             await self.store.append(outcome.records)
         self.core = core
         self._broken = None
-        for listener in self.listeners:
-            listener(outcome)
+        self._notify(outcome)
         return RecoveryReport(
             duration_s=time.perf_counter() - started,
             activities=len(snapshot.activities),
@@ -144,16 +145,26 @@ class SchedulerNode:
         )
 
     async def restart(self) -> RecoveryReport:
-        """Reload the core from the store (after a failed commit)."""
-        return await self._recover()
+        """Reload the core from the store (after a failed commit); resume ticking."""
+        # Appends queued behind the failed one are refused by the store's fence;
+        # once they are settled the fence is lifted and the store is the truth.
+        await self.store.clear_write_fence()
+        report = await self._recover()
+        if self._loop_task is not None and self._loop_task.done():
+            # The loop ends when a tick finds the node stopped; start it again.
+            self._loop_task = asyncio.create_task(self._run(), name="wf-scheduler-ticks")
+        return report
 
     async def stop(self) -> None:
         """Stop ticking, flush, release ownership and close the store."""
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
-            self._loop_task = None
+        task, self._loop_task = self._loop_task, None
+        if task is not None:
+            task.cancel()
+            # asyncio.wait, not suppress(CancelledError): a cancellation of the
+            # caller of stop() must propagate, not be taken for the loop's.
+            await asyncio.wait({task})
+            if not task.cancelled():
+                task.result()
         await self.store.close()
 
     async def execute(self, make: Callable[[float], cmd.Command]) -> Outcome:
@@ -168,17 +179,44 @@ class SchedulerNode:
             )
         outcome = self.core.handle(make(self.clock.now()))
         if outcome.records:
-            try:
-                await self.store.append(outcome.records)
-            except BaseException as exc:
-                self._broken = exc
-                if isinstance(exc, WfError):
-                    raise
-                raise StoreUnavailable("commit failed", cause=repr(exc)) from exc
-        for listener in self.listeners:
-            listener(outcome)
+            await self._commit(outcome)
+        self._notify(outcome)
         self._wake.set()
         return outcome
+
+    async def _commit(self, outcome: Outcome) -> None:
+        """Append ``outcome``'s records and await the commit.
+
+        The append runs as a task of its own: a caller cancelled mid-commit (a
+        client that went away) must neither cancel an append that may already be
+        committing nor leave the node unsure whether the store kept up with the
+        core. The commit goes on; its failure still stops the node, and its
+        success still reaches the listeners.
+        """
+        commit = asyncio.ensure_future(self.store.append(outcome.records))
+        commit.add_done_callback(self._settled)
+        try:
+            await asyncio.shield(commit)
+        except asyncio.CancelledError:
+            if not commit.done():
+                commit.add_done_callback(
+                    lambda c: None if c.cancelled() or c.exception() else self._notify(outcome)
+                )
+            raise
+        except WfError:
+            raise
+        except Exception as exc:
+            raise StoreUnavailable("commit failed", cause=repr(exc)) from exc
+
+    def _settled(self, commit: asyncio.Future[None]) -> None:
+        """A commit ended: a failed or cancelled one stops the node (fail-stop)."""
+        failure = asyncio.CancelledError() if commit.cancelled() else commit.exception()
+        if failure is not None and self._broken is None:
+            self._broken = failure
+
+    def _notify(self, outcome: Outcome) -> None:
+        for listener in self.listeners:
+            listener(outcome)
 
     async def tick(self) -> Outcome:
         """One Tick at the current instant (what the background loop calls)."""
@@ -191,8 +229,11 @@ class SchedulerNode:
             delay = TICK_INTERVAL_MAX_S if wake is None else min(wake - now, TICK_INTERVAL_MAX_S)
             if delay > 0:
                 self._wake.clear()
+                # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation
+                # that lands as the wake-up fires, and stop() would wait forever.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
                 continue
             try:
                 await self.tick()

@@ -328,7 +328,12 @@ def test_a_duplicate_lease_fails_its_batch_and_stores_nothing(store_factory: Bac
             stored = await store.load()
             assert stored.seq == rec.core.seq  # the failed batch raised no counter
             await assert_same_state(rec)
-            # The store keeps working after a failed batch.
+            # A failed commit fences the store: later appends are refused too,
+            # until the owner (who reloads its state) lifts the fence.
+            with pytest.raises(StoreUnavailable):
+                await store.append([ActivitySubmitted(at=rec.now, activity=act("after", seq=98))])
+            assert await store.existing_activity_ids(["after"]) == set()
+            await store.clear_write_fence()
             await rec.submit(act("x2"))
             await assert_same_state(rec)
         finally:

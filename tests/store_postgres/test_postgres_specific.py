@@ -362,6 +362,10 @@ def test_a_failed_append_stores_nothing(pg_dsn: str, pg_schema: str) -> None:
             assert await store.history("a2") == []
             state = await store.load()
             assert (state.seq, [a.activity_id for a in state.activities]) == (1, ["a1"])
+            # The failure fences the store until the owner lifts it.
+            with pytest.raises(StoreUnavailable, match="earlier commit failed"):
+                await store.append(submitted("a3", 3))
+            await store.clear_write_fence()
             await store.append(submitted("a3", 3))  # the writer carries on
             assert await store.existing_activity_ids(["a3"]) == {"a3"}
         finally:
@@ -456,6 +460,8 @@ def test_a_lost_commit_reply_is_resolved_by_transaction_status(
                 assert failed.value.details["in_doubt"] is False
             expected = {"a1", "a2"} if send_commit else {"a1"}
             assert await store.existing_activity_ids(["a1", "a2"]) == expected
+            if expected == {"a1"}:  # the aborted commit fenced the store
+                await store.clear_write_fence()
             await store.append(submitted("a3", 3))  # on a fresh session
         finally:
             await store.close()

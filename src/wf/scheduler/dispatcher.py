@@ -276,8 +276,14 @@ class SchedulerCore:
 
     def _accept(self, spec: Activity, now: float) -> None:
         self.seq += 1
+        retry = spec.retry
+        if retry is not DEFAULT_RETRY and retry == DEFAULT_RETRY:
+            # The shared object, as the store keeps it: an equal copy would encode
+            # differently (omit_defaults compares by identity) and change the digest.
+            retry = DEFAULT_RETRY
         a = msgspec.structs.replace(
             spec,
+            retry=retry,
             state=S.READY,
             seq=self.seq,
             attempt=0,

@@ -29,8 +29,10 @@ acknowledged transition.
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections import OrderedDict, deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
 import msgspec
 
@@ -43,11 +45,15 @@ from wf.scheduler.dispatcher import SchedulerCore
 from wf.scheduler.model import Activity, ActivityState, WorkerInfo, WorkerState, WorkerStatus
 from wf.scheduler.outputs import Outcome
 from wf.scheduler.policies import _PolicyBase
-from wf.scheduler.queue import worker_signature
+from wf.scheduler.queue import Entry, Lane, worker_signature
 from wf.scheduler.rate_limiter import RateLimiter, RateLimiterSnapshot
 from wf.scheduler.timer import DelayedTimers
 
 SNAPSHOT_VERSION = 1
+
+_QUEUED: Final = ActivityState.QUEUED
+_LEASED: Final = ActivityState.LEASED
+_EXECUTING: Final = ActivityState.EXECUTING
 
 
 class CoreSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,26 +121,32 @@ def snapshot(core: SchedulerCore) -> CoreSnapshot:
     )
 
 
-def restore(snap: CoreSnapshot) -> SchedulerCore:
-    """A core that continues exactly where the snapshotted one stood."""
+def restore(snap: CoreSnapshot, *, adopt: bool = False) -> SchedulerCore:
+    """A core that continues exactly where the snapshotted one stood.
+
+    The core works on copies of the snapshot's activities, so the snapshot
+    stays a value. With ``adopt=True`` it takes the snapshot's ``Activity``
+    objects over instead (no copies): only for a snapshot that nobody reads
+    afterwards, such as the fresh one :func:`wf.store.loader.build_snapshot`
+    returns; the core mutates those objects from then on.
+    """
     if snap.version != SNAPSHOT_VERSION:
         raise CorruptRecord(f"unsupported snapshot version {snap.version}", version=snap.version)
     core = SchedulerCore(snap.config)
     core.seq = snap.seq
     core.leases.token = snap.token
     core.registry.seq = snap.worker_seq
-    lines = core.key_lines
-    for original in snap.activities:
+    if adopt:
+        activities = snap.activities
+        for a in activities:
+            if a.queue_ticket:
+                a.queue_ticket = 0
+    else:
         # Copies, so that the snapshot stays a value even while the core mutates.
-        a = msgspec.structs.replace(original, queue_ticket=0)
-        core.activities[a.activity_id] = a
-        key = a.ordering_key
-        if key is not None:
-            lines.setdefault(key, deque()).append(a)  # Creation order: seq ascending.
-        if a.state is ActivityState.QUEUED and (key is None or lines[key][0] is a):
-            core._push(a)
-        elif a.state in (ActivityState.LEASED, ActivityState.EXECUTING):
-            core.leases.track(a)
+        replace = msgspec.structs.replace
+        activities = [replace(original, queue_ticket=0) for original in snap.activities]
+    core.activities = {a.activity_id: a for a in activities}
+    held = _restore_queue(core, activities)
     core.finished = OrderedDict(snap.finished)
     for ws in snap.workers:
         worker = msgspec.structs.replace(ws, leases=dict(ws.leases))
@@ -160,12 +172,79 @@ def restore(snap: CoreSnapshot) -> SchedulerCore:
         policy.restore(state)
         if isinstance(policy, _PolicyBase):
             policy.running = {}
-    for a in core.activities.values():
-        if a.state in (ActivityState.LEASED, ActivityState.EXECUTING):
-            policy = core.policies[core._group(a)]
-            if isinstance(policy, _PolicyBase):
-                policy.running[a.tenant] = policy.running.get(a.tenant, 0) + 1
+    live = core.activities
+    for a in held:
+        if live.get(a.activity_id) is not a:
+            continue  # a duplicate id: the table keeps the last one
+        policy = core.policies[core._group(a)]
+        if isinstance(policy, _PolicyBase):
+            policy.running[a.tenant] = policy.running.get(a.tenant, 0) + 1
     return core
+
+
+def _restore_queue(core: SchedulerCore, activities: list[Activity]) -> list[Activity]:
+    """Ordering lines, ready-queue lanes and lease expiries of restored activities.
+
+    The result equals pushing every queued activity (without an ordering key,
+    or at the head of its line) one by one with ``core._push`` in creation
+    order, and re-arming every held lease with ``core.leases.track``: lanes are
+    created in the same order, tickets are handed out in the same order, and
+    the counters end the same. Only the work differs: each lane's entries are
+    appended and heapified once (O(N) instead of N sifting pushes), and the
+    lane and rank function are looked up once per lane key. Returns the held
+    (leased or executing) activities in creation order.
+    """
+    queue = core.queue
+    lines = core.key_lines
+    policies = core.policies
+    default_group = core.config.default_policy
+    track = core.leases.track
+    queued_state, leased_state, executing_state = _QUEUED, _LEASED, _EXECUTING
+    # (policy, tenant, type, capabilities, priority, region) -> (the lane's heap's
+    # append, its group's rank function). Keyed by the raw ``policy`` field, which
+    # maps to one lane as surely as the group it resolves to.
+    slots: dict[tuple[Any, ...], tuple[Callable[[Entry], None], Callable[[Activity], Any]]] = {}
+    before: dict[Lane, int] = {}
+    """Lane -> its heap's length before the first of these entries."""
+    held: list[Activity] = []
+    ticket = queue._ticket
+    for a in activities:
+        state = a.state
+        key = a.ordering_key
+        if key is not None:
+            line = lines.get(key)
+            if line is None:
+                line = lines[key] = deque()
+            line.append(a)  # Creation order: seq ascending.
+            if line[0] is not a:
+                if state is leased_state or state is executing_state:
+                    held.append(a)
+                    track(a)
+                continue
+        if state is queued_state:
+            slot_key = (a.policy, a.tenant, a.activity_type, a.capabilities, a.priority, a.region)
+            slot = slots.get(slot_key)
+            if slot is None:
+                group = a.policy or default_group
+                lane = queue.lane_for(a, group)
+                slot = slots[slot_key] = (lane.heap.append, policies[group].rank)
+                before.setdefault(lane, len(lane.heap))
+            append, rank = slot
+            ticket += 1
+            a.queue_ticket = ticket
+            append((rank(a), a.seq, ticket, a))
+        elif state is leased_state or state is executing_state:
+            held.append(a)
+            track(a)
+    queue._ticket = ticket
+    for lane, length in before.items():
+        count = len(lane.heap) - length
+        heapq.heapify(lane.heap)
+        lane.size += count
+        queue.depth += count
+        queue.depth_by_partition[lane.partition] += count
+        queue.depth_by_level[lane.group][lane.priority] += count
+    return held
 
 
 def _check_lease(core: SchedulerCore, worker: WorkerState, activity_id: str) -> None:
@@ -185,9 +264,14 @@ def _check_lease(core: SchedulerCore, worker: WorkerState, activity_id: str) -> 
         )
 
 
-def recover(snap: CoreSnapshot, now: float) -> tuple[SchedulerCore, Outcome]:
-    """Restart procedure (WF-005 §23): restore, rebuild registry, expire, requeue, resume."""
-    core = restore(snap)
+def recover(
+    snap: CoreSnapshot, now: float, *, adopt: bool = False
+) -> tuple[SchedulerCore, Outcome]:
+    """Restart procedure (WF-005 §23): restore, rebuild registry, expire, requeue, resume.
+
+    ``adopt`` is :func:`restore`'s: the core takes the snapshot's activities over.
+    """
+    core = restore(snap, adopt=adopt)
     for worker in core.registry.workers.values():
         worker.demand = 0
         if worker.status in (WorkerStatus.ACTIVE, WorkerStatus.DRAINING):

@@ -48,10 +48,19 @@ def build_snapshot(
         )
         for w in stored.workers
     }
-    activities: list[Activity] = []
+    # One pass; the common case (queued) costs a single identity test.
+    queued, delayed_state = ActivityState.QUEUED, ActivityState.DELAYED
+    blocked: set[int] = set()
+    """``id()`` of the held activities whose worker is unknown (left out)."""
     held_by_token: list[tuple[int, str, str]] = []
+    delayed: list[Activity] = []
     for a in stored.activities:
-        if a.state in _HELD:
+        state = a.state
+        if state is queued:
+            continue
+        if state is delayed_state:
+            delayed.append(a)
+        elif state in _HELD:
             worker = workers.get(a.worker_id or "")
             if worker is None:
                 diagnostics.append(
@@ -66,16 +75,17 @@ def build_snapshot(
                         activity_id=a.activity_id,
                     )
                 )
+                blocked.add(id(a))
                 continue
             held_by_token.append((a.token, worker.info.worker_id, a.activity_id))
-        activities.append(a)
+    activities: list[Activity] = (
+        [a for a in stored.activities if id(a) not in blocked]
+        if blocked
+        else list(stored.activities)
+    )
     for token, worker_id, activity_id in sorted(held_by_token):
         workers[worker_id].leases[activity_id] = token
-    timers = sorted(
-        (a.not_before or 0.0, a.seq, a.activity_id)
-        for a in activities
-        if a.state is ActivityState.DELAYED
-    )
+    timers = sorted((a.not_before or 0.0, a.seq, a.activity_id) for a in delayed)
     crons = [
         CronEntry(
             cron_id=c.cron_id,

@@ -159,6 +159,13 @@ class _Append:
     future: asyncio.Future[None]
 
 
+@dataclass(slots=True)
+class _ClearFence:
+    """Queued by clear_write_fence(): settled once everything before it was settled."""
+
+    future: asyncio.Future[None]
+
+
 class _CommitFailed(Exception):
     """A group's transaction did not commit; ``resend`` when it may be sent again
     (the session broke before COMMIT was sent, so nothing of it is stored)."""
@@ -198,7 +205,9 @@ class PostgresStore:
             timeout=POOL_TIMEOUT_S,
             name=f"wf-store-{schema}",
         )
-        self._queue: asyncio.Queue[_Append | None] = asyncio.Queue(APPEND_QUEUE_MAX)
+        self._queue: asyncio.Queue[_Append | _ClearFence | None] = asyncio.Queue(APPEND_QUEUE_MAX)
+        self._fence: StoreUnavailable | None = None
+        """The last failed commit's error; appends are refused until cleared."""
         self._writer: asyncio.Task[None] | None = None
         self._appending = 0
         """Appends between their entry and their outcome (close() waits for them)."""
@@ -427,30 +436,57 @@ class PostgresStore:
             if self._appending == 0:
                 self._quiet.set()
 
+    async def clear_write_fence(self) -> None:
+        """Accept appends again after a failed commit (see the protocol)."""
+        self._require_open()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_ClearFence(future))
+        await future
+
     async def _run_writer(self) -> None:
         stopping = False
         while not stopping:
-            group, stopping = await self._next_group()
+            group, clear, stopping = await self._next_group()
             if group:
                 await self._write_group(group)
+            if clear is not None:
+                self._fence = None
+                if not clear.future.done():
+                    clear.future.set_result(None)
 
-    async def _next_group(self) -> tuple[list[_Append], bool]:
-        """Every queued append up to the step bound; ``True`` once close() asked to stop."""
+    async def _next_group(self) -> tuple[list[_Append], _ClearFence | None, bool]:
+        """Queued appends up to the step bound or a fence clear; ``True`` once close()
+        asked to stop."""
         first = await self._queue.get()
         if first is None:
-            return [], True
+            return [], None, True
+        if isinstance(first, _ClearFence):
+            return [], first, False
         group = [first]
         steps = len(first.steps)
         while steps < WRITE_BATCH_STEPS_MAX and not self._queue.empty():
             item = self._queue.get_nowait()
             if item is None:
-                return group, True
+                return group, None, True
+            if isinstance(item, _ClearFence):
+                return group, item, False
             group.append(item)
             steps += len(item.steps)
-        return group, False
+        return group, None, False
 
     async def _write_group(self, group: list[_Append]) -> None:
         """One group commit (the writer loop's tick): commit, then settle every future."""
+        if self._fence is not None:
+            # An earlier commit failed: later appends were computed from state that
+            # includes it, so none may be stored until the owner reloads.
+            _settle(
+                group,
+                StoreUnavailable(
+                    f"an earlier commit failed ({self._fence.message}); nothing was stored",
+                    schema=self._schema,
+                ),
+            )
+            return
         failed: _CommitFailed | None = None
         async with self._wlock:
             try:
@@ -462,6 +498,8 @@ class PostgresStore:
                 failed = _CommitFailed(
                     StoreUnavailable(f"store writer failed: {exc!r}", schema=self._schema),
                 )
+        if failed is not None:
+            self._fence = failed.error
         _settle(group, None if failed is None else failed.error)
 
     async def _commit(self, group: list[_Append]) -> None:

@@ -144,7 +144,19 @@ class Store(Protocol):
 
         Concurrent calls may share one transaction (group commit) but keep their
         relative order. Raises :class:`~wf.errors.StoreUnavailable` if the
-        commit failed; then nothing of that call is stored.
+        commit failed; then nothing of that call is stored, and the store is
+        fenced (see :meth:`clear_write_fence`).
+        """
+        ...
+
+    async def clear_write_fence(self) -> None:
+        """Accept appends again after a failed commit.
+
+        A failed commit *fences* the store: every later append fails with
+        :class:`~wf.errors.StoreUnavailable` too, because it was computed from
+        state that included the failed one. The owner calls this only after it
+        discarded its in-memory state; it returns once every append queued
+        before it has been settled (refused), and then reloads with :meth:`load`.
         """
         ...
 

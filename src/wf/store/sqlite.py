@@ -127,6 +127,16 @@ _STOP: Final = object()
 """Queued by close(): the writer finishes what is queued before it, then exits."""
 
 
+class _ClearFence:
+    """Queued by clear_write_fence(): settled once everything before it was settled."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, future: asyncio.Future[None], loop: asyncio.AbstractEventLoop) -> None:
+        self.future = future
+        self.loop = loop
+
+
 class SQLiteStore:
     """The :class:`~wf.store.protocol.Store` over SQLite in ``store_root``."""
 
@@ -146,6 +156,8 @@ class SQLiteStore:
         self._writer: threading.Thread | None = None
         self._slots: asyncio.Semaphore | None = None
         self._closed = False
+        self._fence: str | None = None
+        """Why the last failed commit failed; appends are refused until cleared."""
         self.commits = 0
         """Group-commit transactions committed so far (written by the writer thread)."""
         self.appends_committed = 0
@@ -287,6 +299,15 @@ class SQLiteStore:
 
     # ---------------------------------------------------------------- writes
 
+    async def clear_write_fence(self) -> None:
+        """Accept appends again after a failed commit (see the protocol)."""
+        if self._closed or self._writer is None:
+            raise StoreUnavailable("the store is not open", store=str(self.root))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._queue.put(_ClearFence(future, loop))
+        await future
+
     async def append(self, records: Sequence[Record]) -> None:
         """Persist ``records`` in one group commit; return once committed."""
         if not records:
@@ -315,9 +336,13 @@ class SQLiteStore:
             first = self._queue.get()
             if first is _STOP:
                 break
+            if isinstance(first, _ClearFence):
+                self._clear(first)
+                continue
             assert isinstance(first, _Pending)
             batch = [first]
             size = len(first.steps)
+            clear: _ClearFence | None = None
             while size < BATCH_STEPS_MAX:
                 try:
                     item = self._queue.get_nowait()
@@ -326,10 +351,15 @@ class SQLiteStore:
                 if item is _STOP:
                     stopping = True
                     break
+                if isinstance(item, _ClearFence):
+                    clear = item
+                    break
                 assert isinstance(item, _Pending)
                 batch.append(item)
                 size += len(item.steps)
             self._commit(conn, batch)
+            if clear is not None:
+                self._clear(clear)
         # Nothing should follow the stop mark; never leave a caller waiting if it did.
         late: list[_Pending] = []
         while True:
@@ -341,7 +371,16 @@ class SQLiteStore:
                 late.append(item)
         _settle(late, "the store was closed before this append was committed")
 
+    def _clear(self, marker: _ClearFence) -> None:
+        self._fence = None
+        marker.loop.call_soon_threadsafe(_resolve, marker.future)
+
     def _commit(self, conn: sqlite3.Connection, batch: list[_Pending]) -> None:
+        if self._fence is not None:
+            # An earlier commit failed: later appends were computed from state that
+            # includes it, so none may be stored until the owner reloads.
+            _settle(batch, f"an earlier commit failed ({self._fence}); nothing was stored")
+            return
         steps: list[codec.Step] = []
         counters: dict[str, int] = {}
         for pending in batch:
@@ -366,7 +405,8 @@ class SQLiteStore:
                     conn.execute("ROLLBACK")
                 raise
         except BaseException as exc:  # the thread must outlive any failure
-            _settle(batch, f"commit failed, nothing of it was stored: {type(exc).__name__}: {exc}")
+            self._fence = f"{type(exc).__name__}: {exc}"
+            _settle(batch, f"commit failed, nothing of it was stored: {self._fence}")
             return
         self.commits += 1
         self.appends_committed += len(batch)
@@ -453,6 +493,11 @@ class SQLiteStore:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _settle(batch: list[_Pending], failure: str | None) -> None:

@@ -1,0 +1,102 @@
+"""Smoke test of the store benchmark: ``bench/store.py --quick`` runs and reports.
+
+Speed is never asserted here (CI machines vary); only that the benchmark
+still runs against the current stores and node, and that its last line is the
+JSON report with every documented key.
+
+PostgreSQL's DSN comes from ``WF_TEST_POSTGRES_DSN``. Without it, or without a
+reachable server, the benchmark runs with ``--no-postgres`` locally (the
+PostgreSQL figures are then null) and the test FAILS when ``CI=true``: CI
+never skips the PostgreSQL half.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "store.py"
+RUN_TIMEOUT_S = 300
+DSN_ENV = "WF_TEST_POSTGRES_DSN"
+CONNECT_TIMEOUT_S = 3
+SQLITE_KEYS = {
+    "sqlite_transitions_per_s",
+    "sqlite_transitions_per_s_process",
+    "sqlite_transitions_per_s_node",
+    "sqlite_recovery_s",
+    "sqlite_recovery_start_to_lease_s",
+    "sqlite_recovery_phases_s",
+    "sqlite_bytes_per_activity",
+}
+POSTGRES_KEYS = {"postgres_transitions_per_s", "postgres_recovery_s"}
+CONTEXT_KEYS = {"python", "machine_cores", "date", "durability", "mode"}
+
+
+def _postgres_dsn() -> str | None:
+    """The DSN if the server answers; ``None`` locally without one; fails in CI."""
+    dsn = os.environ.get(DSN_ENV, "")
+    reason = f"{DSN_ENV} is not set"
+    if dsn:
+        import psycopg
+
+        try:
+            psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S).close()
+        except psycopg.OperationalError as exc:
+            reason = f"cannot connect with {DSN_ENV}: {exc}"
+        else:
+            return dsn
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"PostgreSQL is required in CI, never skipped: {reason}")
+    return None
+
+
+def _run(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(BENCH), *args],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) > 1, "progress lines come before the report"
+    report: dict[str, Any] = json.loads(lines[-1])
+    return report
+
+
+def test_quick_store_benchmark_ends_with_a_json_report() -> None:
+    dsn = _postgres_dsn()
+    env = dict(os.environ)
+    args = ["--quick"]
+    if dsn is None:
+        args.append("--no-postgres")
+    else:
+        env[DSN_ENV] = dsn
+    report = _run(args, env)
+    missing = (SQLITE_KEYS | POSTGRES_KEYS | CONTEXT_KEYS) - report.keys()
+    assert not missing, f"report lacks {sorted(missing)}"
+    assert report["mode"] == "quick"
+    assert report["durability"] == "fsync"
+    for key in (
+        "sqlite_transitions_per_s",
+        "sqlite_transitions_per_s_process",
+        "sqlite_transitions_per_s_node",
+    ):
+        assert report[key] > 0, key
+    assert 0 < report["sqlite_recovery_start_to_lease_s"] <= report["sqlite_recovery_s"]
+    assert report["sqlite_bytes_per_activity"] > 0
+    assert {"load", "build_snapshot", "recover"} <= report["sqlite_recovery_phases_s"].keys()
+    if dsn is None:
+        assert report["postgres_transitions_per_s"] is None
+        assert report["postgres_recovery_s"] is None
+    else:
+        assert report["postgres_transitions_per_s"] > 0
+        assert report["postgres_recovery_s"] > 0

@@ -1,0 +1,26 @@
+"""Node fixtures: ``location``, a fresh store location per test on every backend
+(see :mod:`_node_locations`; PostgreSQL is skipped locally without a server and
+fails in CI)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _node_locations import Location, drop_schema, postgres_dsn
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Location]:
+    """A fresh store location on each backend."""
+    if request.param == "sqlite":
+        yield Location(name="sqlite", store_root=tmp_path / "store")
+        return
+    dsn = postgres_dsn()
+    schema = f"wf_test_{uuid.uuid4().hex}"
+    try:
+        yield Location(name="postgres", dsn=dsn, schema=schema)
+    finally:
+        drop_schema(dsn, schema)
