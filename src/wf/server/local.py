@@ -1,0 +1,116 @@
+"""The local/static server: one process with a real server and in-process workers.
+
+Theory of operation
+-------------------
+:func:`build_local_static_workflow_server` assembles a :class:`~wf.server.app.WfServer`
+on the embedded store in ``root`` and, once started, in-process
+:class:`~wf.worker.Worker` instances that reach it over loopback HTTP with
+the very same JSON-RPC protocol remote workers use: registration,
+heartbeats, long polls, fenced starts, renewals and results. There is no side
+door into the core, so what works locally works unchanged with remote
+workers, and the local setup exercises the full protocol.
+
+The server listens on ``127.0.0.1`` on a free port; nothing is started until
+:meth:`LocalStaticServer.start`. Later layers (the workflow runtime,
+deployment schedules) hang their APIs off :attr:`LocalStaticServer.api`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from wf.errors import Conflict
+from wf.scheduler.config import SchedulerConfig
+from wf.server.app import WfServer
+from wf.server.config import ServerConfig, ServerSection, StoreConfig
+from wf.server.scheduler_api import SchedulerAPI
+from wf.worker import ActivityDefinition, Worker
+
+
+@dataclass(frozen=True, slots=True)
+class LocalApi:
+    """The Python API of a local server (``server.api``)."""
+
+    scheduler: SchedulerAPI
+    """``server.api.scheduler``: workers, activities, leases."""
+
+
+class LocalStaticServer:
+    """A started-on-demand server with in-process workers (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        activities: Iterable[ActivityDefinition],
+        *,
+        workers: int,
+        max_concurrency: int,
+    ) -> None:
+        self.server = WfServer(config)
+        self.api = LocalApi(scheduler=self.server.scheduler)
+        self._activities = list(activities)
+        self._worker_count = workers
+        self._max_concurrency = max_concurrency
+        self.workers: list[Worker] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def url(self) -> str:
+        """The server's loopback URL (after :meth:`start`)."""
+        if self.server.port is None:
+            raise Conflict("the local server is not started")
+        return f"http://127.0.0.1:{self.server.port}"
+
+    async def start(self) -> None:
+        """Recover and listen, then start the in-process workers."""
+        await self.server.start()
+        if not self._activities:
+            return
+        for index in range(self._worker_count):
+            worker = Worker(
+                [self.url],
+                self._activities,
+                worker_id=f"local-{index + 1}",
+                max_concurrency=self._max_concurrency,
+                poll_wait_s=5.0,
+            )
+            self.workers.append(worker)
+            self._tasks.append(asyncio.create_task(worker.run(), name=f"wf-local-worker-{index}"))
+
+    async def stop(self) -> None:
+        """Drain the workers, then the server."""
+        for worker in self.workers:
+            await worker.shutdown()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await self.server.stop()
+
+    async def __aenter__(self) -> LocalStaticServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def build_local_static_workflow_server(
+    root: Path | str,
+    *,
+    activities: Iterable[ActivityDefinition] = (),
+    workers: int = 1,
+    max_concurrency: int = 4,
+    dispatch: SchedulerConfig | None = None,
+) -> LocalStaticServer:
+    """A local server on the embedded store in ``root`` with in-process workers
+    running ``activities`` over loopback (not started yet)."""
+    config = ServerConfig(
+        server=ServerSection(host="127.0.0.1", port=0, store=StoreConfig(root=str(root))),
+        dispatch=dispatch or SchedulerConfig(),
+    )
+    return LocalStaticServer(config, activities, workers=workers, max_concurrency=max_concurrency)
