@@ -125,7 +125,7 @@ class SchedulerNode:
         stored = await self.store.load()
         now = self.clock.now()
         snapshot, diagnostics = build_snapshot(stored, self.config, now)
-        core, outcome = recover(snapshot, now)
+        core, outcome = recover(snapshot, now, adopt=not self.digest_on_recovery)
         # Optional: it rebuilds the core a second time, which doubles recovery time.
         digest = durable_digest(restore(snapshot)) if self.digest_on_recovery else None
         if outcome.records:

@@ -10,7 +10,12 @@ and token counters. :func:`restore` rebuilds a core that makes exactly the
 same decisions as the original from that point on (the determinism tests
 replay half a log, snapshot, restore, and compare the rest byte for byte).
 Heaps are rebuilt from their live entries; their internal layout may differ,
-but the order they yield is fixed by unique ``(key, seq)`` pairs.
+but the order they yield is fixed by unique ``(key, seq)`` pairs. Restoring
+10^6 queued activities is a start-up cost, so the ready queue is filled in
+bulk (each lane's entries appended, then heapified once; tickets, lane order
+and counters exactly as one-by-one pushes would leave them), and
+``adopt=True`` lets a caller that owns a fresh snapshot (the store loader's)
+hand its activities over instead of having them copied.
 
 :func:`recover` is the §23 procedure for a *restart*: restore the state,
 rebuild the worker registry (every live worker gets a fresh heartbeat grace
