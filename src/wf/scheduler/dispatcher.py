@@ -471,14 +471,19 @@ class SchedulerCore:
             LeaseRenewed(at=c.now, activity_id=a.activity_id, token=c.token, expires_at=expires_at)
         )
 
-    def _complete(self, c: cmd.Complete) -> None:
-        now = c.now
-        a = self._get_fenced(c.activity_id, c.token, now)
-        self._now = now
+    def _get_executing(self, activity_id: str, token: int, now: float) -> Activity:
+        """The fenced activity, which must have been started (results need a start)."""
+        a = self._get_fenced(activity_id, token, now)
         if a.state is not _EXECUTING:
             raise IllegalTransition(
                 f"activity {a.activity_id!r} was never started", activity_id=a.activity_id
             )
+        self._now = now
+        return a
+
+    def _complete(self, c: cmd.Complete) -> None:
+        now = c.now
+        a = self._get_executing(c.activity_id, c.token, now)
         self._release(a)
         self._to(a, S.COMPLETED, "completed", now)
         self.metrics.completed += 1
@@ -496,12 +501,7 @@ class SchedulerCore:
 
     def _fail(self, c: cmd.Fail) -> None:
         now = c.now
-        a = self._get_fenced(c.activity_id, c.token, now)
-        self._now = now
-        if a.state is not _EXECUTING:
-            raise IllegalTransition(
-                f"activity {a.activity_id!r} was never started", activity_id=a.activity_id
-            )
+        a = self._get_executing(c.activity_id, c.token, now)
         self._release(a)
         a.failures += 1
         error = f"{c.error_type}: {c.message}" if c.message else c.error_type
