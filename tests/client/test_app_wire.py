@@ -21,9 +21,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from wf.client.app import SCHEDULER_TWINS, App, MethodInfo, SyncApp
+from wf.client.app import SCHEDULER_TWINS, WORKFLOW_TWINS, App, MethodInfo, SyncApp
 from wf.errors import (
     AlreadyExists,
+    Conflict,
     InvalidArgument,
     NotFound,
     Overloaded,
@@ -32,6 +33,9 @@ from wf.errors import (
     WfError,
     WorkerNotActive,
 )
+from wf.runtime.api import WorkflowAPI
+from wf.runtime.artifacts import Artifact
+from wf.runtime.deployments import Deployment
 from wf.scheduler.backpressure import BackpressureConfig
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.model import Activity, ActivityState, HeartbeatStats, WorkerInfo
@@ -118,6 +122,9 @@ def test_every_registered_method_has_a_twin(tmp_path: Path) -> None:
     assert set(by_rpc) == set(registry)
     assert len(by_rpc) == len(App.TWINS)
     assert {t.rpc for t in SCHEDULER_TWINS.values()} == scheduler_methods
+    workflow_methods = {n for n in registry if n.startswith("workflow.")}
+    assert workflow_methods, "the server registers workflow.* methods"
+    assert {t.rpc for t in WORKFLOW_TWINS.values()} == workflow_methods
     for rpc_name, python_name in by_rpc.items():
         twin = App.TWINS[python_name]
         # The wire form is built from the very Struct the server decodes.
@@ -140,6 +147,8 @@ def test_every_registered_method_has_a_twin(tmp_path: Path) -> None:
             # Same name and parameters as the Python API (minus the server-side caller).
             api_method = getattr(SchedulerAPI, python_name)
             assert _server_params(api_method) == client_params, python_name
+        if rpc_name.startswith("workflow."):
+            assert _server_params(getattr(WorkflowAPI, python_name)) == client_params
 
 
 # ------------------------------------------------------------ over the wire
@@ -277,6 +286,47 @@ async def _exercise(app: App, server: WfServer) -> None:
     await same_refusal(app.shutdown_worker("ghost"), api.shutdown_worker("ghost", C), NotFound)
     await same_refusal(app.shutdown_worker("w2"), api.shutdown_worker("w2", C), WorkerNotActive)
     assert await app.list_workers() == await api.list_workers(C)
+
+    await _exercise_workflow(app, server)
+
+
+async def _exercise_workflow(app: App, server: WfServer) -> None:
+    """Every ``workflow.*`` twin, against the Python API (tests/runtime has the rest)."""
+    wf = server.workflow
+    plan = {
+        "nodes": [{"kind": "activity", "id": "hello", "activity_type": "format_text"}],
+        "output": {"result": {"$node": "hello"}},
+    }
+    created = await app.create_artifact_from_plan("hello", 1, plan)
+    assert isinstance(created, Artifact)
+    assert created == await wf.create_artifact_from_plan("hello", 1, plan, caller=C)
+    assert await app.get_artifact("hello") == await wf.get_artifact("hello", caller=C) == created
+    assert await app.list_artifacts() == await wf.list_artifacts(caller=C) == [created]
+    bad = {"nodes": [{"kind": "loop", "id": "x"}]}
+    await same_refusal(
+        app.create_artifact_from_plan("hello", 2, bad),
+        wf.create_artifact_from_plan("hello", 2, bad, caller=C),
+        InvalidArgument,
+    )
+    await same_refusal(
+        app.get_artifact("hello", 9), wf.get_artifact("hello", 9, caller=C), NotFound
+    )
+    body = {"artifact_id": "hello", "artifact_version": 1}
+    saved = await app.save_deployment(body)
+    assert isinstance(saved, Deployment)
+    assert saved.deployment_id == "hello.default"
+    assert saved.revision == 1
+    assert await app.get_deployment("hello.default") == saved
+    assert saved == await wf.get_deployment("hello.default", caller=C)
+    assert await app.list_deployments() == await wf.list_deployments(caller=C) == [saved]
+    await same_refusal(
+        app.save_deployment({**body, "max_steps": 5}, expected_revision=0),
+        wf.save_deployment({**body, "max_steps": 5}, 0, caller=C),
+        Conflict,
+    )
+    await same_refusal(
+        app.get_deployment("nope.default"), wf.get_deployment("nope.default", caller=C), NotFound
+    )
 
 
 def test_overloaded_carries_retry_after(tmp_path: Path) -> None:

@@ -20,7 +20,14 @@ import msgspec
 import pytest
 from _store_backends import Backend
 
-from wf.errors import CorruptRecord, OwnershipConflict, StoreUnavailable
+from wf.errors import (
+    AlreadyExists,
+    Conflict,
+    CorruptRecord,
+    InvalidArgument,
+    OwnershipConflict,
+    StoreUnavailable,
+)
 from wf.scheduler import commands as cmd
 from wf.scheduler.config import SchedulerConfig, StealingConfig
 from wf.scheduler.dispatcher import SchedulerCore
@@ -46,7 +53,14 @@ from wf.scheduler.outputs import (
 from wf.scheduler.recovery import durable_digest, restore
 from wf.store import codec
 from wf.store.loader import build_snapshot
-from wf.store.protocol import Diagnostic, OwnerInfo, Store, StoredState
+from wf.store.protocol import (
+    ArtifactRow,
+    DeploymentRow,
+    Diagnostic,
+    OwnerInfo,
+    Store,
+    StoredState,
+)
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 S = ActivityState
@@ -612,6 +626,141 @@ def test_check_reports_orphan_transitions_and_counters_behind(store_factory: Bac
             assert all(d.table == "transitions" for d in orphans)
             behind = [d for d in found if d.kind == "counter_behind"]
             assert [d.key for d in behind] == ["token"]
+        finally:
+            await store.close()
+
+    run(main)
+
+
+# ---------------------------------------------------------- runtime catalog
+
+
+def _artifact_row(artifact_id: str, version: int, plan: bytes, at: float = T0) -> ArtifactRow:
+    import hashlib
+
+    return ArtifactRow(
+        artifact_id=artifact_id,
+        version=version,
+        plan=plan,
+        content_hash="sha256:" + hashlib.sha256(plan).hexdigest(),
+        created_at=at,
+    )
+
+
+def test_artifacts_are_immutable_and_idempotent_by_content(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            first = _artifact_row("hello", 1, b'{"nodes":[1]}')
+            assert await store.put_artifact(first) == first
+            # The same content again: nothing changes, the original row comes back.
+            again = await store.put_artifact(_artifact_row("hello", 1, b'{"nodes":[1]}', T0 + 5))
+            assert again == first
+            with pytest.raises(AlreadyExists) as refused:
+                await store.put_artifact(_artifact_row("hello", 1, b'{"nodes":[2]}', T0 + 9))
+            assert refused.value.details["content_hash"] == first.content_hash
+            assert await store.get_artifact("hello", 1) == first
+            second = _artifact_row("hello", 2, b'{"nodes":[2]}', T0 + 10)
+            other = _artifact_row("bye", 7, b'{"nodes":[3]}', T0 + 11)
+            await store.put_artifact(second)
+            await store.put_artifact(other)
+            assert await store.get_artifact("hello") == second  # latest
+            assert await store.get_artifact("hello", 3) is None
+            assert await store.get_artifact("missing") is None
+            assert await store.list_artifacts("hello") == [first, second]
+            assert await store.list_artifacts() == [other, first, second]
+        finally:
+            await store.close()
+        # Durable across reopen.
+        reopened = store_factory.make()
+        await reopened.open()
+        try:
+            assert await reopened.get_artifact("hello", 1) == first
+        finally:
+            await reopened.close()
+
+    run(main)
+
+
+def test_concurrent_creates_of_one_version_have_one_winner(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            rows_ = [_artifact_row("race", 1, f'{{"n":{i}}}'.encode()) for i in range(8)]
+            results = await asyncio.gather(
+                *(store.put_artifact(r) for r in rows_), return_exceptions=True
+            )
+            winners = [r for r in results if isinstance(r, ArtifactRow)]
+            assert len(winners) == 1
+            assert all(isinstance(r, AlreadyExists) for r in results if r not in winners)
+            assert await store.list_artifacts("race") == winners
+        finally:
+            await store.close()
+
+    run(main)
+
+
+def _deployment_row(revision: int, body: bytes = b"{}") -> DeploymentRow:
+    return DeploymentRow(
+        deployment_id="hello.default", body=body, revision=revision, updated_at=T0 + revision
+    )
+
+
+def test_deployments_use_optimistic_revisions(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            assert await store.get_deployment("hello.default") is None
+            with pytest.raises(Conflict) as missing:
+                await store.put_deployment(_deployment_row(2), expected_revision=1)
+            assert missing.value.details["current_revision"] == 0
+            await store.put_deployment(_deployment_row(1, b"one"), expected_revision=0)
+            with pytest.raises(Conflict) as taken:
+                await store.put_deployment(_deployment_row(1, b"dup"), expected_revision=0)
+            assert taken.value.details["current_revision"] == 1
+            await store.put_deployment(_deployment_row(2, b"two"), expected_revision=1)
+            with pytest.raises(Conflict) as stale:
+                await store.put_deployment(_deployment_row(2, b"late"), expected_revision=1)
+            assert stale.value.details["current_revision"] == 2
+            with pytest.raises(InvalidArgument):
+                await store.put_deployment(_deployment_row(5), expected_revision=2)
+            assert await store.get_deployment("hello.default") == _deployment_row(2, b"two")
+            other = DeploymentRow(deployment_id="a.b", body=b"x", revision=1, updated_at=T0)
+            await store.put_deployment(other, expected_revision=0)
+            assert await store.list_deployments() == [other, _deployment_row(2, b"two")]
+            # Racing saves from the same base: exactly one wins.
+            results = await asyncio.gather(
+                *(
+                    store.put_deployment(_deployment_row(3, b"r%d" % i), expected_revision=2)
+                    for i in range(6)
+                ),
+                return_exceptions=True,
+            )
+            assert sum(r is None for r in results) == 1
+            assert all(isinstance(r, Conflict) for r in results if r is not None)
+        finally:
+            await store.close()
+
+    run(main)
+
+
+def test_catalog_writes_do_not_disturb_appends(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            sub = act("c1", seq=1)
+            record = ActivitySubmitted(activity=sub, at=T0)
+            await asyncio.gather(
+                store.append([record]),
+                store.put_artifact(_artifact_row("mix", 1, b"{}")),
+                store.put_deployment(_deployment_row(1), expected_revision=0),
+            )
+            assert await store.existing_activity_ids(["c1"]) == {"c1"}
+            assert await store.get_artifact("mix", 1) is not None
         finally:
             await store.close()
 

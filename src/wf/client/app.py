@@ -16,12 +16,12 @@ is exactly what the server decodes), sends it through
 :class:`~wf.errors.WfError` named by ``error.data.code``), unwraps and
 ``msgspec.convert`` s the result.
 
-Extending: the runtime and schedule issues add a ``WORKFLOW_TWINS`` table
-(``workflow.*`` methods) merged into :attr:`App.TWINS` and one typed
-one-line method per row; ``tests/client/test_app_wire.py`` checks that every
-method in the server's registry has a row, that each row's parameter Struct
-is the one the server registered, and that each twin behaves over the wire
-like the Python API.
+Extending: :data:`WORKFLOW_TWINS` holds the ``workflow.*`` methods (the
+runtime's :class:`~wf.runtime.api.WorkflowAPI`); later tables are merged into
+:attr:`App.TWINS` the same way, with one typed one-line method per row;
+``tests/client/test_app_wire.py`` checks that every method in the server's
+registry has a row, that each row's parameter Struct is the one the server
+registered, and that each twin behaves over the wire like the Python API.
 
 :class:`SyncApp` runs the same coroutines on a private event loop for
 scripts and the CLI.
@@ -42,6 +42,9 @@ from typing import Any, ClassVar, Final, Self, TypeVar
 import msgspec
 
 from wf.client.rpc_client import RpcClient
+from wf.runtime.artifacts import Artifact
+from wf.runtime.deployments import Deployment
+from wf.runtime.plan import Plan
 from wf.scheduler.model import Activity, HeartbeatStats, WorkerInfo
 from wf.scheduler.outputs import LeaseRevoked, Transition
 from wf.server.scheduler_api import (
@@ -61,6 +64,13 @@ from wf.server.scheduler_api import (
     SubmitParams,
     WorkerIdParams,
     WorkerView,
+)
+from wf.server.workflow_rpc import (
+    CreateArtifactParams,
+    DeploymentIdParams,
+    GetArtifactParams,
+    ListArtifactsParams,
+    SaveDeploymentParams,
 )
 
 R = TypeVar("R")
@@ -141,6 +151,26 @@ SCHEDULER_TWINS: Final[Mapping[str, Twin]] = {
 }
 """``scheduler.*``: Python name (as on ``SchedulerAPI``) → wire form."""
 
+WORKFLOW_TWINS: Final[Mapping[str, Twin]] = {
+    "create_artifact_from_plan": Twin(
+        rpc="workflow.artifacts.create", params=CreateArtifactParams, result=Artifact
+    ),
+    "get_artifact": Twin(rpc="workflow.artifacts.get", params=GetArtifactParams, result=Artifact),
+    "list_artifacts": Twin(
+        rpc="workflow.artifacts.list", params=ListArtifactsParams, result=list[Artifact]
+    ),
+    "save_deployment": Twin(
+        rpc="workflow.deployments.save", params=SaveDeploymentParams, result=Deployment
+    ),
+    "get_deployment": Twin(
+        rpc="workflow.deployments.get", params=DeploymentIdParams, result=Deployment
+    ),
+    "list_deployments": Twin(
+        rpc="workflow.deployments.list", params=NoParams, result=list[Deployment]
+    ),
+}
+"""``workflow.*``: Python name (as on ``WorkflowAPI``) → wire form."""
+
 RPC_TWINS: Final[Mapping[str, Twin]] = {
     "discover": Twin(rpc="rpc.discover", params=NoParams, result=list[MethodInfo]),
 }
@@ -156,7 +186,7 @@ class App:
     :class:`~wf.errors.RpcUnavailable`.
     """
 
-    TWINS: ClassVar[Mapping[str, Twin]] = {**SCHEDULER_TWINS, **RPC_TWINS}
+    TWINS: ClassVar[Mapping[str, Twin]] = {**SCHEDULER_TWINS, **WORKFLOW_TWINS, **RPC_TWINS}
     """Every twin this client has, by Python method name."""
 
     def __init__(
@@ -224,6 +254,38 @@ class App:
     async def discover(self) -> list[MethodInfo]:
         """Every method of the server with its parameter JSON Schema."""
         return await self._call("discover")
+
+    # --------------------------------------------------------- workflow calls
+
+    async def create_artifact_from_plan(
+        self, artifact_id: str, version: int, plan: dict[str, Any] | Plan
+    ) -> Artifact:
+        """Create an immutable artifact version (idempotent by content)."""
+        return await self._call(
+            "create_artifact_from_plan", artifact_id=artifact_id, version=version, plan=plan
+        )
+
+    async def get_artifact(self, artifact_id: str, version: int | None = None) -> Artifact:
+        """One artifact version (default: the highest)."""
+        return await self._call("get_artifact", artifact_id=artifact_id, version=version)
+
+    async def list_artifacts(self, artifact_id: str | None = None) -> list[Artifact]:
+        """Artifact versions, by id then version."""
+        return await self._call("list_artifacts", artifact_id=artifact_id)
+
+    async def save_deployment(
+        self, body: dict[str, Any], expected_revision: int | None = None
+    ) -> Deployment:
+        """Create or update a deployment; returns it as saved."""
+        return await self._call("save_deployment", body=body, expected_revision=expected_revision)
+
+    async def get_deployment(self, deployment_id: str) -> Deployment:
+        """One deployment."""
+        return await self._call("get_deployment", deployment_id=deployment_id)
+
+    async def list_deployments(self) -> list[Deployment]:
+        """Every deployment the caller may see."""
+        return await self._call("list_deployments")
 
     # ----------------------------------------------------------- worker calls
 

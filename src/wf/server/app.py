@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 :class:`WfServer` assembles one process: the store named by the
 configuration, a :class:`~wf.node.SchedulerNode` that owns it, the
-:class:`~wf.server.scheduler_api.SchedulerAPI`, a JSON-RPC
+:class:`~wf.server.scheduler_api.SchedulerAPI`, the
+:class:`~wf.runtime.api.WorkflowAPI` (artifacts and deployments), a JSON-RPC
 :class:`~wf.server.rpc.Registry` (plus ``rpc.discover``, the method listing
 generated from the registry), and an aiohttp application. aiohttp is the
 HTTP stack because it is a mature asyncio server *and* client in one
@@ -34,6 +35,7 @@ from aiohttp import web
 
 from wf.errors import Forbidden, Unauthorized, WfError
 from wf.node import RecoveryReport, SchedulerNode
+from wf.runtime.api import WorkflowAPI
 from wf.server.auth import Authenticator
 from wf.server.config import ServerConfig, TlsConfig
 from wf.server.logs import OutcomeLogger, RpcCallLogger
@@ -41,6 +43,7 @@ from wf.server.metrics import ServerMetrics
 from wf.server.rpc import Caller, Dispatcher, Registry, authorize
 from wf.server.scheduler_api import NoParams, SchedulerAPI
 from wf.server.tracing import TRACEPARENT_HEADER, install, make_tracing
+from wf.server.workflow_rpc import register_workflow_methods
 from wf.store import make_store
 
 REQUEST_BYTES_MAX = 16 * 1024 * 1024
@@ -81,6 +84,11 @@ class WfServer:
         self.scheduler = SchedulerAPI(self.node)
         self.registry = Registry()
         self.scheduler.register_methods(self.registry)
+        self.workflow = WorkflowAPI(
+            store, self.node.clock, policies=tuple(config.dispatch.policies)
+        )
+        """Artifacts and deployments (``workflow.*``)."""
+        register_workflow_methods(self.workflow, self.registry)
         self.registry.add(
             "rpc.discover",
             NoParams,

@@ -22,21 +22,63 @@ import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wf.errors import Conflict
+from wf.runtime.api import WorkflowAPI
+from wf.runtime.artifacts import Artifact
+from wf.runtime.deployments import Deployment
+from wf.runtime.plan import Plan
 from wf.scheduler.config import SchedulerConfig
 from wf.server.app import WfServer
 from wf.server.config import ServerConfig, ServerSection, StoreConfig
+from wf.server.rpc import ANONYMOUS_ADMIN
 from wf.server.scheduler_api import SchedulerAPI
 from wf.worker import ActivityDefinition, Worker
 
 
 @dataclass(frozen=True, slots=True)
 class LocalApi:
-    """The Python API of a local server (``server.api``)."""
+    """The Python API of a local server (``server.api``).
+
+    The workflow calls are also reachable directly (``server.api.save_deployment``,
+    as docs/workflows.md writes them); they act as the local administrator.
+    """
 
     scheduler: SchedulerAPI
     """``server.api.scheduler``: workers, activities, leases."""
+    workflow: WorkflowAPI
+    """``server.api.workflow``: artifacts and deployments."""
+
+    async def create_artifact_from_plan(
+        self, artifact_id: str, version: int, plan: Plan | dict[str, Any]
+    ) -> Artifact:
+        """:meth:`WorkflowAPI.create_artifact_from_plan` as the local administrator."""
+        return await self.workflow.create_artifact_from_plan(
+            artifact_id, version, plan, caller=ANONYMOUS_ADMIN
+        )
+
+    async def get_artifact(self, artifact_id: str, version: int | None = None) -> Artifact:
+        """:meth:`WorkflowAPI.get_artifact` as the local administrator."""
+        return await self.workflow.get_artifact(artifact_id, version, caller=ANONYMOUS_ADMIN)
+
+    async def list_artifacts(self, artifact_id: str | None = None) -> list[Artifact]:
+        """:meth:`WorkflowAPI.list_artifacts` as the local administrator."""
+        return await self.workflow.list_artifacts(artifact_id, caller=ANONYMOUS_ADMIN)
+
+    async def save_deployment(
+        self, body: dict[str, Any], expected_revision: int | None = None
+    ) -> Deployment:
+        """:meth:`WorkflowAPI.save_deployment` as the local administrator."""
+        return await self.workflow.save_deployment(body, expected_revision, caller=ANONYMOUS_ADMIN)
+
+    async def get_deployment(self, deployment_id: str) -> Deployment:
+        """:meth:`WorkflowAPI.get_deployment` as the local administrator."""
+        return await self.workflow.get_deployment(deployment_id, caller=ANONYMOUS_ADMIN)
+
+    async def list_deployments(self) -> list[Deployment]:
+        """:meth:`WorkflowAPI.list_deployments` as the local administrator."""
+        return await self.workflow.list_deployments(caller=ANONYMOUS_ADMIN)
 
 
 class LocalStaticServer:
@@ -51,7 +93,7 @@ class LocalStaticServer:
         max_concurrency: int,
     ) -> None:
         self.server = WfServer(config)
-        self.api = LocalApi(scheduler=self.server.scheduler)
+        self.api = LocalApi(scheduler=self.server.scheduler, workflow=self.server.workflow)
         self._activities = list(activities)
         self._worker_count = workers
         self._max_concurrency = max_concurrency

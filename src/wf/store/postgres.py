@@ -27,6 +27,10 @@ session that broke while ``COMMIT`` was in flight leaves the outcome in
 doubt, so the transaction id fetched before the commit is looked up with
 ``pg_xact_status`` and a group that did commit is acknowledged.
 
+*Catalog writes* (artifacts, deployments) run as their own short
+transaction on the writer's session, under the writer lock, between group
+commits; their reads use the pool.
+
 *Ownership.* :meth:`acquire_ownership` takes a session-level
 ``pg_try_advisory_lock`` (key derived from the schema name) on the writer's
 own connection and labels it in the ``owner`` table. Holding the lock in the
@@ -60,7 +64,7 @@ from wf.errors import CorruptRecord, Internal, InvalidArgument, OwnershipConflic
 from wf.scheduler.model import Activity, ActivityState
 from wf.scheduler.outputs import Record, Transition
 from wf.store import codec, rows
-from wf.store.protocol import Diagnostic, OwnerInfo, StoredState
+from wf.store.protocol import ArtifactRow, DeploymentRow, Diagnostic, OwnerInfo, StoredState
 
 Conn: TypeAlias = psycopg.AsyncConnection[tuple[Any, ...]]
 _Phase: TypeAlias = Literal["new", "opening", "open", "closing", "closed"]
@@ -642,6 +646,117 @@ class PostgresStore:
         conn, self._wconn = self._wconn, None
         if conn is not None:
             await conn.close()
+
+    # -- runtime catalog --------------------------------------------------
+
+    @asynccontextmanager
+    async def _catalog_tx(self) -> AsyncIterator[Conn]:
+        """One catalog transaction on the writer's session (under the writer lock, so
+        it never interleaves with a group commit)."""
+        self._require_open()
+        async with self._wlock:
+            try:
+                conn = await self._writer_connection()
+                async with conn.transaction():
+                    yield conn
+            except OwnershipConflict as exc:
+                raise StoreUnavailable(
+                    f"cannot write: ownership of the store was lost: {exc.message}",
+                    **exc.details,
+                ) from exc
+            except (psycopg.Error, OSError) as exc:
+                if self._wconn is not None and (self._wconn.broken or self._wconn.closed):
+                    await self._drop_writer()
+                raise StoreUnavailable(
+                    f"catalog write failed, nothing stored: {exc}", schema=self._schema
+                ) from exc
+
+    async def put_artifact(self, row: ArtifactRow) -> ArtifactRow:
+        """Insert an artifact version; same content is idempotent, other content
+        raises AlreadyExists (see the protocol)."""
+        q = codec.postgres_queries()
+        async with self._catalog_tx() as conn:
+            cur = await conn.execute(q["insert_artifact"], rows.artifact_params(row))
+            if cur.rowcount == 1:
+                return row
+            cur = await conn.execute(
+                q["select_artifact"], {"artifact_id": row.artifact_id, "version": row.version}
+            )
+            found = await cur.fetchone()
+            if found is None:  # pragma: no cover - the conflicting row is visible
+                raise Internal("artifact insert conflicted but no row was found")
+            existing = rows.artifact_from_row(found)
+            if existing.content_hash != row.content_hash:
+                raise rows.artifact_exists_elsewise(existing, row)
+            return existing
+
+    async def get_artifact(
+        self, artifact_id: str, version: int | None = None
+    ) -> ArtifactRow | None:
+        """One artifact version (``None``: the highest), or ``None``."""
+        self._require_open()
+        q = codec.postgres_queries()
+        async with self._reading() as conn:
+            if version is None:
+                cur = await conn.execute(q["select_latest_artifact"], {"artifact_id": artifact_id})
+            else:
+                cur = await conn.execute(
+                    q["select_artifact"], {"artifact_id": artifact_id, "version": version}
+                )
+            found = await cur.fetchone()
+        return None if found is None else rows.artifact_from_row(found)
+
+    async def list_artifacts(self, artifact_id: str | None = None) -> list[ArtifactRow]:
+        """Every version of ``artifact_id`` (or of every artifact), by id then version."""
+        self._require_open()
+        q = codec.postgres_queries()
+        async with self._reading() as conn:
+            if artifact_id is None:
+                cur = await conn.execute(q["select_artifacts"])
+            else:
+                cur = await conn.execute(
+                    q["select_artifact_versions"], {"artifact_id": artifact_id}
+                )
+            fetched = await cur.fetchall()
+        return [rows.artifact_from_row(r) for r in fetched]
+
+    async def put_deployment(self, row: DeploymentRow, *, expected_revision: int) -> None:
+        """Store a deployment's next revision if it is still at ``expected_revision``."""
+        rows.check_deployment_revision(row, expected_revision)
+        q = codec.postgres_queries()
+        params = rows.deployment_params(row, expected_revision)
+        name = "insert_deployment" if expected_revision == 0 else "update_deployment"
+        if name == "insert_deployment":
+            del params["expected_revision"]
+        async with self._catalog_tx() as conn:
+            cur = await conn.execute(q[name], params)
+            if cur.rowcount == 1:
+                return
+            cur = await conn.execute(
+                "SELECT revision FROM deployments WHERE deployment_id = %s", [row.deployment_id]
+            )
+            found = await cur.fetchone()
+            raise rows.revision_conflict(
+                row, expected_revision, 0 if found is None else int(found[0])
+            )
+
+    async def get_deployment(self, deployment_id: str) -> DeploymentRow | None:
+        """One deployment, or ``None``."""
+        self._require_open()
+        async with self._reading() as conn:
+            cur = await conn.execute(
+                codec.postgres_queries()["select_deployment"], {"deployment_id": deployment_id}
+            )
+            found = await cur.fetchone()
+        return None if found is None else rows.deployment_from_row(found)
+
+    async def list_deployments(self) -> list[DeploymentRow]:
+        """Every deployment, by id."""
+        self._require_open()
+        async with self._reading() as conn:
+            cur = await conn.execute(codec.postgres_queries()["select_deployments"])
+            fetched = await cur.fetchall()
+        return [rows.deployment_from_row(r) for r in fetched]
 
     # -- reads ------------------------------------------------------------
 

@@ -109,6 +109,34 @@ class StoredState(msgspec.Struct, kw_only=True):
     """Corrupt or contradictory records found while loading."""
 
 
+class ArtifactRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored artifact version (the runtime's plan, opaque to the store)."""
+
+    artifact_id: str
+    """Artifact id."""
+    version: int
+    """Version, at least 1; (artifact_id, version) is the primary key."""
+    plan: bytes
+    """The plan's canonical JSON."""
+    content_hash: str
+    """``sha256:<hex>`` of ``plan``; equal hashes mean equal content."""
+    created_at: float
+    """When the version was first stored (POSIX seconds)."""
+
+
+class DeploymentRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored deployment (its body is the runtime's, opaque to the store)."""
+
+    deployment_id: str
+    """Deployment id (``<artifact_id>.<name>``)."""
+    body: bytes
+    """The deployment's canonical JSON."""
+    revision: int
+    """Raised by one on every save, starting at 1."""
+    updated_at: float
+    """When this revision was stored (POSIX seconds)."""
+
+
 class Store(Protocol):
     """The persistence port. Every method is a coroutine; none may be called before
     :meth:`open` or after :meth:`close`."""
@@ -174,4 +202,51 @@ class Store(Protocol):
 
     async def check(self) -> list[Diagnostic]:
         """Integrity check: every contradiction in the stored records."""
+        ...
+
+    # -- runtime catalog: artifacts and deployments (docs/workflows.md) --------
+    # Catalog writes run in their own short transactions on the backend's write
+    # path; they are independent of ``append`` (neither waits for nor fences the
+    # other) because no core record is computed from them.
+
+    async def put_artifact(self, row: ArtifactRow) -> ArtifactRow:
+        """Store an artifact version; returns the stored row.
+
+        Idempotent by content: if ``(artifact_id, version)`` exists with the same
+        ``content_hash`` nothing changes and the *existing* row (its original
+        ``created_at``) is returned. With another hash it raises
+        :class:`~wf.errors.AlreadyExists` and nothing changes. The primary key and
+        the hash comparison run in one transaction, so two concurrent writers of
+        one version cannot both win. Raises :class:`~wf.errors.StoreUnavailable`
+        if the store could not commit.
+        """
+        ...
+
+    async def get_artifact(
+        self, artifact_id: str, version: int | None = None
+    ) -> ArtifactRow | None:
+        """One artifact version (``None``: the highest), or ``None`` if there is none."""
+        ...
+
+    async def list_artifacts(self, artifact_id: str | None = None) -> list[ArtifactRow]:
+        """Every version of ``artifact_id`` (or of every artifact), by id then version."""
+        ...
+
+    async def put_deployment(self, row: DeploymentRow, *, expected_revision: int) -> None:
+        """Store a deployment's next revision under optimistic concurrency.
+
+        ``expected_revision`` is the revision the caller based its change on (0: the
+        deployment must not exist yet) and ``row.revision`` must be exactly one more.
+        If the stored revision differs, raises :class:`~wf.errors.Conflict` with
+        ``current_revision`` in its details and nothing changes; the check and the
+        write are one statement inside one transaction.
+        """
+        ...
+
+    async def get_deployment(self, deployment_id: str) -> DeploymentRow | None:
+        """One deployment, or ``None``."""
+        ...
+
+    async def list_deployments(self) -> list[DeploymentRow]:
+        """Every deployment, by id."""
         ...

@@ -16,16 +16,22 @@ the caller leaves it out (fail closed) and reports it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias, TypeVar
 
 import msgspec
 
-from wf.errors import CorruptRecord
+from wf.errors import AlreadyExists, Conflict, CorruptRecord, InvalidArgument
 from wf.scheduler.model import Activity, ActivityState, WorkerStatus
 from wf.scheduler.outputs import Transition
 from wf.store import codec
-from wf.store.protocol import Diagnostic, StoredCron, StoredWorker
+from wf.store.protocol import (
+    ArtifactRow,
+    DeploymentRow,
+    Diagnostic,
+    StoredCron,
+    StoredWorker,
+)
 
 Row: TypeAlias = tuple[Any, ...]
 """One result row, columns in the order of its named query."""
@@ -249,3 +255,109 @@ CHECKS: Final[tuple[tuple[str, Callable[[Row], Diagnostic | None]], ...]] = (
     ("check_counters_behind", _counter_behind),
     ("check_lifecycle_without_lease", _lifecycle_without_lease),
 )
+
+
+# -------------------------------------------------------- runtime catalog
+
+
+def artifact_from_row(row: Sequence[Any]) -> ArtifactRow:
+    """``select_artifact*`` columns to an :class:`ArtifactRow`; a mistyped column
+    (SQLite is dynamically typed) raises :class:`~wf.errors.CorruptRecord`."""
+    artifact_id, version, plan, content_hash, created_at = row
+    if isinstance(plan, memoryview):
+        plan = plan.tobytes()
+    if not (
+        type(artifact_id) is str
+        and type(version) is int
+        and type(plan) is bytes
+        and type(content_hash) is str
+        and type(created_at) is float
+    ):
+        raise CorruptRecord(
+            f"artifacts row {artifact_id!r} v{version!r} has mistyped columns",
+            table="artifacts",
+            key=f"{artifact_id}@{version}",
+        )
+    return ArtifactRow(
+        artifact_id=artifact_id,
+        version=version,
+        plan=plan,
+        content_hash=content_hash,
+        created_at=created_at,
+    )
+
+
+def deployment_from_row(row: Sequence[Any]) -> DeploymentRow:
+    """``select_deployment*`` columns to a :class:`DeploymentRow` (mistyped: CorruptRecord)."""
+    deployment_id, body, revision, updated_at = row
+    if isinstance(body, memoryview):
+        body = body.tobytes()
+    if not (
+        type(deployment_id) is str
+        and type(body) is bytes
+        and type(revision) is int
+        and type(updated_at) is float
+    ):
+        raise CorruptRecord(
+            f"deployments row {deployment_id!r} has mistyped columns",
+            table="deployments",
+            key=str(deployment_id),
+        )
+    return DeploymentRow(
+        deployment_id=deployment_id, body=body, revision=revision, updated_at=updated_at
+    )
+
+
+def artifact_params(row: ArtifactRow) -> dict[str, Any]:
+    """``insert_artifact`` parameters."""
+    return {
+        "artifact_id": row.artifact_id,
+        "version": row.version,
+        "plan": row.plan,
+        "content_hash": row.content_hash,
+        "created_at": row.created_at,
+    }
+
+
+def deployment_params(row: DeploymentRow, expected_revision: int) -> dict[str, Any]:
+    """``insert_deployment`` / ``update_deployment`` parameters."""
+    return {
+        "deployment_id": row.deployment_id,
+        "body": row.body,
+        "revision": row.revision,
+        "updated_at": row.updated_at,
+        "expected_revision": expected_revision,
+    }
+
+
+def check_deployment_revision(row: DeploymentRow, expected_revision: int) -> None:
+    """Refuse a ``put_deployment`` whose revisions do not follow (a caller bug)."""
+    if expected_revision < 0 or row.revision != expected_revision + 1:
+        raise InvalidArgument(
+            f"deployment {row.deployment_id!r}: revision {row.revision} does not follow "
+            f"expected revision {expected_revision}",
+            deployment_id=row.deployment_id,
+            field="revision",
+        )
+
+
+def artifact_exists_elsewise(existing: ArtifactRow, row: ArtifactRow) -> AlreadyExists:
+    """The refusal of a version re-created with other content."""
+    return AlreadyExists(
+        f"artifact {row.artifact_id!r} version {row.version} already exists with other "
+        f"content ({existing.content_hash}, not {row.content_hash})",
+        artifact_id=row.artifact_id,
+        version=row.version,
+        content_hash=existing.content_hash,
+    )
+
+
+def revision_conflict(row: DeploymentRow, expected: int, current: int) -> Conflict:
+    """The refusal of a deployment save based on a stale revision."""
+    what = "does not exist" if current == 0 else f"is at revision {current}"
+    return Conflict(
+        f"deployment {row.deployment_id!r} {what}, not at the expected revision {expected}",
+        deployment_id=row.deployment_id,
+        expected_revision=expected,
+        current_revision=current,
+    )

@@ -28,6 +28,11 @@ stored. Appends of one batch are not retried one by one, because a later
 append is computed from core state that includes the earlier ones; storing
 it without them would write contradictions.
 
+*Catalog writes* (artifacts, deployments) go through the same writer
+thread as their own short ``BEGIN IMMEDIATE`` transaction, queued between
+group commits; they neither wait for nor set the append fence, because no
+core record is computed from them.
+
 *Durability.* ``durability="fsync"`` (the default) sets
 ``synchronous=FULL``: every commit fsyncs the WAL before ``append``
 returns, so an acknowledged transition survives a power cut or a kernel
@@ -63,12 +68,20 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from wf.errors import CorruptRecord, StoreUnavailable
+from wf.errors import CorruptRecord, StoreUnavailable, WfError
 from wf.scheduler.model import TERMINAL_STATES, Activity, ActivityState
 from wf.scheduler.outputs import Record, Transition
 from wf.store import codec, rows
 from wf.store.lock import FileOwnershipLock
-from wf.store.protocol import Diagnostic, OwnerInfo, StoredCron, StoredState, StoredWorker
+from wf.store.protocol import (
+    ArtifactRow,
+    DeploymentRow,
+    Diagnostic,
+    OwnerInfo,
+    StoredCron,
+    StoredState,
+    StoredWorker,
+)
 
 Durability = Literal["fsync", "process"]
 """``fsync``: survives power loss; ``process``: survives a process crash only."""
@@ -123,6 +136,23 @@ class _Pending:
         self.loop = loop
 
 
+class _Call:
+    """Queued by a catalog write: ``fn`` runs on the write connection in its own
+    ``BEGIN IMMEDIATE`` transaction; its result or error settles ``future``."""
+
+    __slots__ = ("fn", "future", "loop")
+
+    def __init__(
+        self,
+        fn: Callable[[sqlite3.Connection], Any],
+        future: asyncio.Future[Any],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.fn = fn
+        self.future = future
+        self.loop = loop
+
+
 _STOP: Final = object()
 """Queued by close(): the writer finishes what is queued before it, then exits."""
 
@@ -152,7 +182,7 @@ class SQLiteStore:
         self._write: sqlite3.Connection | None = None
         self._read: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
-        self._queue: queue.SimpleQueue[_Pending | object] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Pending | _Call | object] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._slots: asyncio.Semaphore | None = None
         self._closed = False
@@ -339,10 +369,13 @@ class SQLiteStore:
             if isinstance(first, _ClearFence):
                 self._clear(first)
                 continue
+            if isinstance(first, _Call):
+                _run_call(conn, first)
+                continue
             assert isinstance(first, _Pending)
             batch = [first]
             size = len(first.steps)
-            clear: _ClearFence | None = None
+            clear: _ClearFence | _Call | None = None
             while size < BATCH_STEPS_MAX:
                 try:
                     item = self._queue.get_nowait()
@@ -351,15 +384,17 @@ class SQLiteStore:
                 if item is _STOP:
                     stopping = True
                     break
-                if isinstance(item, _ClearFence):
+                if isinstance(item, (_ClearFence, _Call)):
                     clear = item
                     break
                 assert isinstance(item, _Pending)
                 batch.append(item)
                 size += len(item.steps)
             self._commit(conn, batch)
-            if clear is not None:
+            if isinstance(clear, _ClearFence):
                 self._clear(clear)
+            elif isinstance(clear, _Call):
+                _run_call(conn, clear)
         # Nothing should follow the stop mark; never leave a caller waiting if it did.
         late: list[_Pending] = []
         while True:
@@ -369,6 +404,8 @@ class SQLiteStore:
                 break
             if isinstance(item, _Pending):
                 late.append(item)
+            elif isinstance(item, _Call):
+                _deliver(item, None, StoreUnavailable("the store was closed before this write"))
         _settle(late, "the store was closed before this append was committed")
 
     def _clear(self, marker: _ClearFence) -> None:
@@ -411,6 +448,112 @@ class SQLiteStore:
         self.commits += 1
         self.appends_committed += len(batch)
         _settle(batch, None)
+
+    # ------------------------------------------------------- runtime catalog
+
+    async def _write_tx(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn`` in one transaction on the writer thread's connection."""
+        if self._closed or self._writer is None:
+            raise StoreUnavailable("the store is not open", store=str(self.root))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.put(_Call(fn, future, loop))
+        return await asyncio.shield(future)
+
+    async def put_artifact(self, row: ArtifactRow) -> ArtifactRow:
+        """Insert an artifact version; same content is idempotent, other content
+        raises AlreadyExists (see the protocol)."""
+        q = codec.queries()
+
+        def run(conn: sqlite3.Connection) -> ArtifactRow:
+            if conn.execute(q["insert_artifact"], rows.artifact_params(row)).rowcount == 1:
+                return row
+            found = conn.execute(
+                q["select_artifact"], {"artifact_id": row.artifact_id, "version": row.version}
+            ).fetchone()
+            existing = rows.artifact_from_row(found)
+            if existing.content_hash != row.content_hash:
+                raise rows.artifact_exists_elsewise(existing, row)
+            return existing
+
+        stored: ArtifactRow = await self._write_tx(run)
+        return stored
+
+    async def get_artifact(
+        self, artifact_id: str, version: int | None = None
+    ) -> ArtifactRow | None:
+        """One artifact version (``None``: the highest), or ``None``."""
+        q = codec.queries()
+
+        def run(conn: sqlite3.Connection) -> ArtifactRow | None:
+            if version is None:
+                found = conn.execute(
+                    q["select_latest_artifact"], {"artifact_id": artifact_id}
+                ).fetchone()
+            else:
+                found = conn.execute(
+                    q["select_artifact"], {"artifact_id": artifact_id, "version": version}
+                ).fetchone()
+            return None if found is None else rows.artifact_from_row(found)
+
+        result: ArtifactRow | None = await self._reading(run)
+        return result
+
+    async def list_artifacts(self, artifact_id: str | None = None) -> list[ArtifactRow]:
+        """Every version of ``artifact_id`` (or of every artifact), by id then version."""
+        q = codec.queries()
+
+        def run(conn: sqlite3.Connection) -> list[ArtifactRow]:
+            if artifact_id is None:
+                cursor = conn.execute(q["select_artifacts"])
+            else:
+                cursor = conn.execute(q["select_artifact_versions"], {"artifact_id": artifact_id})
+            return [rows.artifact_from_row(r) for r in cursor.fetchall()]
+
+        result: list[ArtifactRow] = await self._reading(run)
+        return result
+
+    async def put_deployment(self, row: DeploymentRow, *, expected_revision: int) -> None:
+        """Store a deployment's next revision if it is still at ``expected_revision``."""
+        rows.check_deployment_revision(row, expected_revision)
+        q = codec.queries()
+        params = rows.deployment_params(row, expected_revision)
+
+        def run(conn: sqlite3.Connection) -> None:
+            name = "insert_deployment" if expected_revision == 0 else "update_deployment"
+            if name == "insert_deployment":
+                del params["expected_revision"]
+            if conn.execute(q[name], params).rowcount == 1:
+                return
+            found = conn.execute(
+                "SELECT revision FROM deployments WHERE deployment_id = ?", (row.deployment_id,)
+            ).fetchone()
+            raise rows.revision_conflict(row, expected_revision, 0 if found is None else found[0])
+
+        await self._write_tx(run)
+
+    async def get_deployment(self, deployment_id: str) -> DeploymentRow | None:
+        """One deployment, or ``None``."""
+        q = codec.queries()
+
+        def run(conn: sqlite3.Connection) -> DeploymentRow | None:
+            found = conn.execute(
+                q["select_deployment"], {"deployment_id": deployment_id}
+            ).fetchone()
+            return None if found is None else rows.deployment_from_row(found)
+
+        result: DeploymentRow | None = await self._reading(run)
+        return result
+
+    async def list_deployments(self) -> list[DeploymentRow]:
+        """Every deployment, by id."""
+        q = codec.queries()
+
+        def run(conn: sqlite3.Connection) -> list[DeploymentRow]:
+            return [rows.deployment_from_row(r) for r in conn.execute(q["select_deployments"])]
+
+        result: list[DeploymentRow] = await self._reading(run)
+        return result
 
     # ----------------------------------------------------------------- reads
 
@@ -498,6 +641,40 @@ class SQLiteStore:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _deliver(call: _Call, result: Any, error: BaseException | None) -> None:
+    """Settle a catalog write's future on its loop."""
+
+    def settle() -> None:
+        if call.future.done():
+            return
+        if error is None:
+            call.future.set_result(result)
+        else:
+            call.future.set_exception(error)
+
+    with contextlib.suppress(RuntimeError):  # that loop is already closed
+        call.loop.call_soon_threadsafe(settle)
+
+
+def _run_call(conn: sqlite3.Connection, call: _Call) -> None:
+    """One catalog write in its own transaction (on the writer thread)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = call.fn(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+    except WfError as exc:
+        _deliver(call, None, exc)
+    except Exception as exc:  # the thread must outlive any failure
+        _deliver(call, None, StoreUnavailable(f"catalog write failed, nothing stored: {exc!r}"))
+    else:
+        _deliver(call, result, None)
 
 
 def _settle(batch: list[_Pending], failure: str | None) -> None:

@@ -162,3 +162,49 @@ SELECT activity_id, state FROM activities
 WHERE token = 0
   AND (attempt <> 0 OR failures <> 0 OR infra_requeues <> 0 OR steals <> 0
        OR worker_id IS NOT NULL OR lease_expires_at <> 0 OR last_error IS NOT NULL);
+
+-- name: insert_artifact
+-- A new artifact version; an existing (artifact_id, version) is left untouched.
+INSERT INTO artifacts (artifact_id, version, plan, content_hash, created_at)
+VALUES (:artifact_id, :version, :plan, :content_hash, :created_at)
+ON CONFLICT (artifact_id, version) DO NOTHING;
+
+-- name: select_artifact
+-- One artifact version.
+SELECT artifact_id, version, plan, content_hash, created_at FROM artifacts
+WHERE artifact_id = :artifact_id AND version = :version;
+
+-- name: select_latest_artifact
+-- An artifact's highest version.
+SELECT artifact_id, version, plan, content_hash, created_at FROM artifacts
+WHERE artifact_id = :artifact_id ORDER BY version DESC LIMIT 1;
+
+-- name: select_artifact_versions
+-- Every version of one artifact, oldest first.
+SELECT artifact_id, version, plan, content_hash, created_at FROM artifacts
+WHERE artifact_id = :artifact_id ORDER BY version;
+
+-- name: select_artifacts
+-- Every artifact version, by id then version.
+SELECT artifact_id, version, plan, content_hash, created_at FROM artifacts
+ORDER BY artifact_id, version;
+
+-- name: insert_deployment
+-- A deployment's first revision; an existing id is left untouched (a conflict).
+INSERT INTO deployments (deployment_id, body, revision, updated_at)
+VALUES (:deployment_id, :body, :revision, :updated_at)
+ON CONFLICT (deployment_id) DO NOTHING;
+
+-- name: update_deployment
+-- A deployment's next revision, only if it is still at the expected one.
+UPDATE deployments SET body = :body, revision = :revision, updated_at = :updated_at
+WHERE deployment_id = :deployment_id AND revision = :expected_revision;
+
+-- name: select_deployment
+-- One deployment.
+SELECT deployment_id, body, revision, updated_at FROM deployments
+WHERE deployment_id = :deployment_id;
+
+-- name: select_deployments
+-- Every deployment, by id.
+SELECT deployment_id, body, revision, updated_at FROM deployments ORDER BY deployment_id;

@@ -1,0 +1,573 @@
+"""Plans: the DAG an artifact holds, its validation, canonical form and hash.
+
+Theory of operation
+-------------------
+A :class:`Plan` is data only: a list of nodes (a tagged union on ``kind``),
+the JSON Schema of a run's inputs, and an output mapping. Nodes depend on
+each other through ``needs`` (upstream node ids); an activity node's
+``args`` and the plan's ``output`` are *bindings*, JSON values in which a
+few one-key-family objects are references resolved when a run executes:
+
+* ``{"$input": "name"}``: the run input ``name``;
+* ``{"$node": "step1"}`` / ``{"$node": "step1", "path": "a.b"}``: the output
+  of upstream node ``step1`` (optionally a dotted path into it);
+* ``{"$literal": value}``: ``value`` as is (to write an object that would
+  otherwise read as a reference);
+* anything else: itself, with objects and arrays resolved element-wise.
+
+An object with a key starting with ``$`` that is none of these is refused,
+so a typo never becomes a silent literal.
+
+:func:`plan_from_json` decodes (msgspec, unknown fields refused) and
+:func:`validate_plan` checks everything the types cannot say: non-empty,
+id format, unique ids, ``needs`` that exist, no cycle (the cycle is named),
+references only to *upstream* nodes (a transitive ``needs`` ancestor, so a
+run always has the value when the node becomes ready), and valid JSON
+Schemas. Every refusal is an :class:`~wf.errors.InvalidArgument` whose
+details carry ``node`` and ``field``.
+
+The canonical form (:func:`canonical_plan`) is JSON with sorted keys and
+default values omitted, so a field added later with a default keeps every
+existing hash; :func:`content_hash` is ``sha256:`` + the hex digest of it.
+The DAG engine (next step of issue 5) reads :func:`topological_order` and
+:func:`resolve_binding`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any, Final, TypeAlias
+
+import msgspec
+
+from wf.errors import InvalidArgument, WfError
+from wf.runtime.schema import schema_problem
+from wf.scheduler.model import DEFAULT_RETRY, Priority, RetryPolicy
+from wf.scheduler.timer import DelaySpec, delay_spec_from_dict
+
+PLAN_FORMAT: Final = 1
+"""The plan format version this code writes and reads."""
+NODES_MAX: Final = 1_000
+"""Most nodes one plan may hold."""
+BINDING_DEPTH_MAX: Final = 32
+"""Deepest nesting of objects and arrays inside one binding."""
+ID_MAX: Final = 64
+"""Longest node, artifact or deployment-name id."""
+ID_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_]{0,63}$")
+"""Ids: lower-case ASCII letters, digits and ``_``, starting with a letter or digit,
+at most 64 characters. No ``.``: a deployment id is ``<artifact_id>.<name>``."""
+NODE_KINDS: Final = ("activity", "interrupt", "timer")
+"""The node kinds a plan may use."""
+
+Bindings: TypeAlias = dict[str, Any]
+"""Names to binding expressions (see the module docstring)."""
+
+
+def _no_schema() -> dict[str, Any]:
+    return {"type": "object"}
+
+
+class ActivityNode(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    tag_field="kind",
+    tag="activity",
+):
+    """Run one activity on a worker; its output is the activity's result."""
+
+    id: str
+    """Node id, unique in the plan (see :data:`ID_RE`)."""
+    activity_type: str
+    """The activity type a worker registered."""
+    args: Bindings = msgspec.field(default_factory=dict)
+    """Argument name to binding (run inputs, upstream outputs, literals)."""
+    needs: tuple[str, ...] = ()
+    """Upstream node ids that must complete first."""
+    capabilities: frozenset[str] = frozenset()
+    """Capabilities a worker must advertise to take it."""
+    priority: Priority | None = None
+    """Scheduling priority; ``None`` takes the deployment's."""
+    retry: RetryPolicy = DEFAULT_RETRY
+    """Retry policy for the activity's own failures."""
+    timeout_s: float | None = None
+    """Most seconds one attempt may run; ``None``: no limit of its own."""
+    idempotent: bool = False
+    """May be rerun safely after its executing worker was lost."""
+
+
+class InterruptNode(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    tag_field="kind",
+    tag="interrupt",
+):
+    """Wait for external input; its output is the answer given to ``resume_run``."""
+
+    id: str
+    """Node id, unique in the plan."""
+    prompt: str
+    """What the run asks for, shown to whoever answers."""
+    needs: tuple[str, ...] = ()
+    """Upstream node ids that must complete first."""
+    input_schema: dict[str, Any] = msgspec.field(default_factory=_no_schema)
+    """JSON Schema the answer must satisfy."""
+
+
+class TimerNode(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    tag_field="kind",
+    tag="timer",
+):
+    """Wait until a durable timer fires (relative, absolute, zoned or calendar)."""
+
+    id: str
+    """Node id, unique in the plan."""
+    delay: DelaySpec
+    """When it fires, counted from the moment the node becomes ready."""
+    needs: tuple[str, ...] = ()
+    """Upstream node ids that must complete first."""
+
+
+Node: TypeAlias = ActivityNode | InterruptNode | TimerNode
+"""Any plan node (tagged by ``kind``)."""
+
+
+class Plan(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
+):
+    """A workflow definition: a DAG of nodes, an input schema and an output mapping."""
+
+    nodes: Annotated[list[Node], msgspec.Meta(max_length=NODES_MAX)]
+    """The nodes, in any order (dependencies come from ``needs``)."""
+    input_schema: dict[str, Any] = msgspec.field(default_factory=_no_schema)
+    """JSON Schema a run's inputs must satisfy."""
+    output: Bindings = msgspec.field(default_factory=dict)
+    """Output name to binding, evaluated when every node has completed."""
+    format: int = PLAN_FORMAT
+    """Plan format version."""
+
+
+# --------------------------------------------------------------- bindings
+
+
+class InputRef(msgspec.Struct, frozen=True):
+    """``{"$input": name}``."""
+
+    name: str
+
+
+class NodeRef(msgspec.Struct, frozen=True):
+    """``{"$node": node, "path": path}``; ``path`` is a tuple of keys."""
+
+    node: str
+    path: tuple[str, ...] = ()
+
+
+_REF_KEYS: Final = frozenset({"$input", "$node", "$literal"})
+
+
+def references(value: Any, *, where: str, node: str | None) -> list[InputRef | NodeRef]:
+    """Every reference in the binding ``value``; refuses malformed bindings.
+
+    ``where`` names the field (``args.x`` or ``output.y``) for error details.
+    """
+    found: list[InputRef | NodeRef] = []
+    _walk(value, where, node, found, 0)
+    return found
+
+
+def _walk(
+    value: Any, where: str, node: str | None, out: list[InputRef | NodeRef], depth: int
+) -> None:
+    if depth > BINDING_DEPTH_MAX:
+        raise _bad(f"binding {where} nests deeper than {BINDING_DEPTH_MAX}", node, where)
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _walk(item, f"{where}[{i}]", node, out, depth + 1)
+        return
+    if not isinstance(value, dict):
+        return
+    dollars = [k for k in value if isinstance(k, str) and k.startswith("$")]
+    if not dollars:
+        for key, item in value.items():
+            _walk(item, f"{where}.{key}", node, out, depth + 1)
+        return
+    if len(dollars) > 1 or dollars[0] not in _REF_KEYS:
+        raise _bad(
+            f"binding {where} has unknown reference key(s) {sorted(dollars)}; "
+            "use one of $input, $node, $literal",
+            node,
+            where,
+        )
+    key = dollars[0]
+    allowed = {"$node", "path"} if key == "$node" else {key}
+    extra = sorted(set(value) - allowed)
+    if extra:
+        raise _bad(f"binding {where}: {key} does not take {extra}", node, where)
+    target = value[key]
+    if key == "$literal":
+        return
+    if not isinstance(target, str) or not target:
+        raise _bad(f"binding {where}: {key} must name a non-empty string", node, where)
+    if key == "$input":
+        out.append(InputRef(target))
+        return
+    path = value.get("path", "")
+    if not isinstance(path, str):
+        raise _bad(f"binding {where}: path must be a dotted string", node, where)
+    parts = tuple(path.split(".")) if path else ()
+    if any(not p for p in parts):
+        raise _bad(f"binding {where}: path {path!r} has an empty segment", node, where)
+    out.append(NodeRef(target, parts))
+
+
+def resolve_binding(value: Any, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> Any:
+    """The JSON value of a (validated) binding, given run inputs and node outputs.
+
+    Raises :class:`~wf.errors.InvalidArgument` when a referenced input is absent
+    or a path does not exist in a node's output.
+    """
+    if isinstance(value, list):
+        return [resolve_binding(v, inputs, outputs) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "$literal" in value:
+        return value["$literal"]
+    if "$input" in value:
+        name = value["$input"]
+        if name not in inputs:
+            raise InvalidArgument(f"run input {name!r} is not set", field=name)
+        return inputs[name]
+    if "$node" in value:
+        found = outputs[value["$node"]]
+        path = value.get("path", "")
+        for part in path.split(".") if path else ():
+            if isinstance(found, dict) and part in found:
+                found = found[part]
+            elif isinstance(found, list) and part.isdigit() and int(part) < len(found):
+                found = found[int(part)]
+            else:
+                raise InvalidArgument(
+                    f"output of node {value['$node']!r} has no {path!r}",
+                    node=value["$node"],
+                    field=path,
+                )
+        return found
+    return {k: resolve_binding(v, inputs, outputs) for k, v in value.items()}
+
+
+# ------------------------------------------------------------- decoding
+
+
+_plan_decoder: Final = msgspec.json.Decoder(Plan)
+_canonical_encoder: Final = msgspec.json.Encoder(order="sorted")
+_PATH_RE: Final = re.compile(r"at `\$\.nodes\[(\d+)\](?:\.(\w+))?")
+_FIELD_RE: Final = re.compile(r"at `\$\.(\w+)")
+
+
+def plan_from_builtins(data: Any) -> Plan:
+    """Decode a plan from its JSON-like form and validate it (:func:`validate_plan`)."""
+    if isinstance(data, Plan):
+        plan = data
+    else:
+        if not isinstance(data, dict):
+            raise InvalidArgument(f"a plan is an object, not {type(data).__name__}", field="plan")
+        _check_kinds(data)
+        try:
+            plan = msgspec.convert(data, Plan, strict=True)
+        except msgspec.ValidationError as exc:
+            raise _decode_error(exc, data) from None
+    validate_plan(plan)
+    return plan
+
+
+def plan_from_json(raw: bytes | str) -> Plan:
+    """Decode a plan from JSON text and validate it."""
+    try:
+        data = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise InvalidArgument(f"a plan must be JSON: {exc}", field="plan") from None
+    return plan_from_builtins(data)
+
+
+def _check_kinds(data: dict[str, Any]) -> None:
+    """Name an unknown node kind precisely (msgspec only says 'invalid value')."""
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list):
+        return
+    for i, item in enumerate(nodes):
+        if not isinstance(item, dict):
+            continue
+        node = item.get("id") if isinstance(item.get("id"), str) else f"#{i}"
+        if "kind" not in item:
+            raise InvalidArgument(
+                f"node {node!r} has no kind; kinds are {', '.join(NODE_KINDS)}",
+                node=node,
+                field="kind",
+            )
+        if item["kind"] == "timer" and isinstance(item.get("delay"), dict):
+            try:
+                delay_spec_from_dict(item["delay"])
+            except WfError as exc:
+                inner = exc.details.get("field")
+                field = f"delay.{inner}" if isinstance(inner, str) else "delay"
+                details = {**exc.details, "node": node, "field": field}
+                raise type(exc)(f"node {node!r} delay: {exc.message}", **details) from None
+        if item["kind"] not in NODE_KINDS:
+            raise InvalidArgument(
+                f"node {node!r} has unknown kind {item['kind']!r}; "
+                f"kinds are {', '.join(NODE_KINDS)}",
+                node=node,
+                field="kind",
+            )
+
+
+def _decode_error(exc: msgspec.ValidationError, data: dict[str, Any]) -> InvalidArgument:
+    text = str(exc)
+    match = _PATH_RE.search(text)
+    if match is not None:
+        index = int(match.group(1))
+        nodes = data.get("nodes", [])
+        item = nodes[index] if index < len(nodes) else None
+        node = (
+            item.get("id")
+            if isinstance(item, dict) and isinstance(item.get("id"), str)
+            else f"#{index}"
+        )
+        return InvalidArgument(
+            f"invalid plan node {node!r}: {text}", node=node, field=match.group(2)
+        )
+    field = _FIELD_RE.search(text)
+    return InvalidArgument(
+        f"invalid plan: {text}", node=None, field=field.group(1) if field else None
+    )
+
+
+def canonical_plan(plan: Plan) -> bytes:
+    """The canonical JSON of ``plan``: sorted keys, defaults omitted (what is hashed)."""
+    return _canonical_encoder.encode(plan)
+
+
+def content_hash(plan: Plan) -> str:
+    """``sha256:<hex>`` of :func:`canonical_plan`."""
+    return "sha256:" + hashlib.sha256(canonical_plan(plan)).hexdigest()
+
+
+def decode_canonical(raw: bytes) -> Plan:
+    """A plan from its stored canonical JSON (no re-validation: it was valid when stored)."""
+    return _plan_decoder.decode(raw)
+
+
+# ------------------------------------------------------------ validation
+
+
+def _bad(message: str, node: str | None, field: str | None, **details: Any) -> InvalidArgument:
+    return InvalidArgument(message, node=node, field=field, **details)
+
+
+def check_id(value: object, what: str, *, node: str | None = None, field: str = "id") -> str:
+    """``value`` if it is a well-formed id (:data:`ID_RE`), else InvalidArgument."""
+    if not isinstance(value, str) or not ID_RE.match(value):
+        raise _bad(
+            f"{what} {value!r} is not a valid id: use 1-{ID_MAX} lower-case letters, "
+            "digits and '_', starting with a letter or digit",
+            node,
+            field,
+        )
+    return value
+
+
+def validate_plan(plan: Plan) -> None:
+    """Refuse a plan the runtime could not run; see the module docstring for the rules."""
+    if plan.format != PLAN_FORMAT:
+        raise _bad(
+            f"plan format {plan.format} is not supported (expected {PLAN_FORMAT})", None, "format"
+        )
+    if not plan.nodes:
+        raise _bad("a plan needs at least one node", None, "nodes")
+    by_id: dict[str, Node] = {}
+    for node in plan.nodes:
+        check_id(node.id, "node id", node=node.id)
+        if node.id in by_id:
+            raise _bad(f"duplicate node id {node.id!r}", node.id, "id")
+        by_id[node.id] = node
+    for node in plan.nodes:
+        seen: set[str] = set()
+        for need in node.needs:
+            if need in seen:
+                raise _bad(f"node {node.id!r} needs {need!r} twice", node.id, "needs")
+            seen.add(need)
+            if need not in by_id:
+                raise _bad(f"node {node.id!r} needs unknown node {need!r}", node.id, "needs")
+    order = topological_order(plan)
+    ancestors = _ancestors(by_id, order)
+    _check_schema(plan.input_schema, None, "input_schema")
+    declared = _declared_inputs(plan.input_schema)
+    for node in plan.nodes:
+        _check_node(node, by_id, ancestors[node.id], declared)
+    for name, binding in plan.output.items():
+        for ref in references(binding, where=f"output.{name}", node=None):
+            _check_ref(ref, None, f"output.{name}", by_id, None, declared)
+
+
+def _check_node(
+    node: Node, by_id: Mapping[str, Node], upstream: frozenset[str], declared: frozenset[str] | None
+) -> None:
+    if isinstance(node, ActivityNode):
+        if not node.activity_type:
+            raise _bad(f"node {node.id!r} has an empty activity_type", node.id, "activity_type")
+        if node.timeout_s is not None and not (
+            math.isfinite(node.timeout_s) and node.timeout_s > 0
+        ):
+            raise _bad(
+                f"node {node.id!r}: timeout_s must be positive and finite, got {node.timeout_s!r}",
+                node.id,
+                "timeout_s",
+            )
+        if node.retry.max_attempts < 1:
+            raise _bad(f"node {node.id!r}: retry.max_attempts must be at least 1", node.id, "retry")
+        for name, binding in node.args.items():
+            for ref in references(binding, where=f"args.{name}", node=node.id):
+                _check_ref(ref, node.id, f"args.{name}", by_id, upstream, declared)
+    elif isinstance(node, InterruptNode):
+        _check_schema(node.input_schema, node.id, "input_schema")
+
+
+def _check_ref(
+    ref: InputRef | NodeRef,
+    node: str | None,
+    where: str,
+    by_id: Mapping[str, Node],
+    upstream: frozenset[str] | None,
+    declared: frozenset[str] | None,
+) -> None:
+    owner = f"node {node!r}" if node is not None else "the plan output"
+    if isinstance(ref, InputRef):
+        if declared is not None and ref.name not in declared:
+            raise _bad(
+                f"{owner} binds {where} to input {ref.name!r}, which the input schema "
+                f"does not declare (declared: {sorted(declared)})",
+                node,
+                where,
+            )
+        return
+    if ref.node not in by_id:
+        raise _bad(f"{owner} binds {where} to unknown node {ref.node!r}", node, where)
+    if upstream is not None and ref.node not in upstream:
+        raise _bad(
+            f"{owner} binds {where} to node {ref.node!r}, which is not upstream of it "
+            f"(add it to needs, directly or through another node)",
+            node,
+            where,
+        )
+
+
+def _check_schema(schema: object, node: str | None, field: str) -> None:
+    problem = schema_problem(schema)
+    if problem is not None:
+        where = f"node {node!r} {field}" if node is not None else field
+        raise _bad(f"{where} is not a valid JSON Schema: {problem}", node, field)
+
+
+def _declared_inputs(schema: Mapping[str, Any]) -> frozenset[str] | None:
+    """Input names a binding may use: the schema's ``properties`` when it closes them
+    (``additionalProperties: false``), else any (``None``)."""
+    props = schema.get("properties")
+    if isinstance(props, dict) and schema.get("additionalProperties") is False:
+        return frozenset(props)
+    return None
+
+
+def topological_order(plan: Plan) -> list[str]:
+    """Node ids, every node after its ``needs`` (ties in plan order).
+
+    Raises :class:`~wf.errors.InvalidArgument` naming a cycle (``a -> b -> a``).
+    """
+    needs = {n.id: n.needs for n in plan.nodes}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    order: list[str] = []
+    for root in needs:
+        if state.get(root):
+            continue
+        # Iterative DFS: (node, index of the next need to visit).
+        stack: list[tuple[str, int]] = [(root, 0)]
+        state[root] = 1
+        while stack:
+            current, i = stack[-1]
+            deps = needs[current]
+            if i == len(deps):
+                stack.pop()
+                state[current] = 2
+                order.append(current)
+                continue
+            stack[-1] = (current, i + 1)
+            nxt = deps[i]
+            mark = state.get(nxt)
+            if mark == 1:
+                path = [s for s, _ in stack]
+                cycle = [*path[path.index(nxt) :], nxt]
+                cycle.reverse()  # as data flows: upstream -> downstream
+                raise _bad(
+                    f"the plan has a cycle: {' -> '.join(cycle)}",
+                    nxt,
+                    "needs",
+                    cycle=cycle,
+                )
+            if mark is None and nxt in needs:
+                state[nxt] = 1
+                stack.append((nxt, 0))
+    return order
+
+
+def _ancestors(by_id: Mapping[str, Node], order: Sequence[str]) -> dict[str, frozenset[str]]:
+    found: dict[str, frozenset[str]] = {}
+    for node_id in order:
+        acc: set[str] = set()
+        for need in by_id[node_id].needs:
+            acc.add(need)
+            acc |= found[need]
+        found[node_id] = frozenset(acc)
+    return found
+
+
+def node_ids(plan: Plan) -> Iterable[str]:
+    """Every node id, in plan order."""
+    return (n.id for n in plan.nodes)
+
+
+__all__ = [
+    "NODES_MAX",
+    "NODE_KINDS",
+    "PLAN_FORMAT",
+    "ActivityNode",
+    "InputRef",
+    "InterruptNode",
+    "Node",
+    "NodeRef",
+    "Plan",
+    "TimerNode",
+    "WfError",
+    "canonical_plan",
+    "check_id",
+    "content_hash",
+    "decode_canonical",
+    "plan_from_builtins",
+    "plan_from_json",
+    "references",
+    "resolve_binding",
+    "topological_order",
+    "validate_plan",
+]

@@ -1,0 +1,21 @@
+-- wf store schema, version 2 (SQLite): the runtime catalog.
+-- Artifacts are immutable: one row per (artifact_id, version), the plan as its
+-- canonical JSON and the sha256 of exactly those bytes. Deployments are
+-- mutable under optimistic concurrency: the body (canonical JSON) plus a
+-- revision that every save raises by one.
+
+CREATE TABLE artifacts (
+    artifact_id  TEXT NOT NULL,
+    version      INTEGER NOT NULL CHECK (version >= 1),
+    plan         BLOB NOT NULL,
+    content_hash TEXT NOT NULL,
+    created_at   REAL NOT NULL,
+    PRIMARY KEY (artifact_id, version)
+) WITHOUT ROWID;
+
+CREATE TABLE deployments (
+    deployment_id TEXT PRIMARY KEY,
+    body          BLOB NOT NULL,
+    revision      INTEGER NOT NULL CHECK (revision >= 1),
+    updated_at    REAL NOT NULL
+) WITHOUT ROWID;
