@@ -8,24 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sqlite3
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _pg import drop_schema, new_schema_name, postgres_dsn
 from wf.cli.main import main
 from wf.node import SchedulerNode
 from wf.scheduler import commands as cmd
 from wf.scheduler.model import Activity, WorkerInfo
 from wf.store import codec, make_store
 from wf.testing.clock import VirtualClock
-
-DSN_ENV = "WF_TEST_POSTGRES_DSN"
-CONNECT_TIMEOUT_S = 3
 
 
 class Where:
@@ -74,34 +70,18 @@ class Where:
         asyncio.run(run())
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"PostgreSQL is required in CI, never skipped: {reason}")
-    pytest.skip(f"PostgreSQL not available: {reason}")
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Where]:
     if request.param == "sqlite":
         root = tmp_path / "store"
         yield Where("sqlite", ["--store-root", str(root)], root, None)
         return
-    import psycopg
-    from psycopg import sql
-
-    dsn = os.environ.get(DSN_ENV, "")
-    if not dsn:
-        _unavailable(f"{DSN_ENV} is not set")
-    try:
-        psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S).close()
-    except psycopg.OperationalError as exc:
-        _unavailable(f"cannot connect with {DSN_ENV}: {exc}")
-    schema = f"wf_test_{uuid.uuid4().hex}"
+    dsn = postgres_dsn()
+    schema = new_schema_name()
     try:
         yield Where("postgres", ["--postgres", dsn, "--schema", schema], None, dsn)
     finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        drop_schema(dsn, schema)
 
 
 def test_migrate_prints_the_schema_version(

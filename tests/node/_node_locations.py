@@ -12,18 +12,11 @@ reachable server, the PostgreSQL cases are skipped locally and FAIL when
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from wf.store import make_store
 from wf.store.protocol import Store
-
-DSN_ENV = "WF_TEST_POSTGRES_DSN"
-CONNECT_TIMEOUT_S = 3
-DROP_LOCK_TIMEOUT = "10s"
 
 
 @dataclass(frozen=True)
@@ -48,33 +41,3 @@ class Location:
         if self.dsn is not None:
             return ["--postgres", self.dsn, "--schema", self.schema]
         return ["--store-root", str(self.store_root)]
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"PostgreSQL is required in CI, never skipped: {reason}")
-    pytest.skip(f"PostgreSQL not available: {reason}")
-
-
-def postgres_dsn() -> str:
-    """The test server's DSN; skips (or fails in CI) when it is missing or unreachable."""
-    import psycopg
-
-    dsn = os.environ.get(DSN_ENV, "")
-    if not dsn:
-        _unavailable(f"{DSN_ENV} is not set")
-    try:
-        psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S).close()
-    except psycopg.OperationalError as exc:
-        _unavailable(f"cannot connect with {DSN_ENV}: {exc}")
-    return dsn
-
-
-def drop_schema(dsn: str, schema: str) -> None:
-    """Drop a test schema (waiting a bounded time for sessions still closing)."""
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(DROP_LOCK_TIMEOUT)))
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

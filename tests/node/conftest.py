@@ -4,12 +4,13 @@ fails in CI)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _node_locations import Location, drop_schema, postgres_dsn
+from _node_locations import Location
+
+from _pg import drop_schema, new_schema_name, postgres_dsn
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -19,7 +20,7 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Locatio
         yield Location(name="sqlite", store_root=tmp_path / "store")
         return
     dsn = postgres_dsn()
-    schema = f"wf_test_{uuid.uuid4().hex}"
+    schema = new_schema_name()
     try:
         yield Location(name="postgres", dsn=dsn, schema=schema)
     finally:

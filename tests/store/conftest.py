@@ -12,22 +12,13 @@ reachable server, the PostgreSQL cases are skipped locally and FAIL when
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _store_backends import Backend, postgres_backend, sqlite_backend
 
-DSN_ENV = "WF_TEST_POSTGRES_DSN"
-CONNECT_TIMEOUT_S = 3
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"PostgreSQL is required in CI, never skipped: {reason}")
-    pytest.skip(f"PostgreSQL not available: {reason}")
+from _pg import drop_schema, new_schema_name
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -36,19 +27,9 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ba
     if request.param == "sqlite":
         yield sqlite_backend(tmp_path / "store")
         return
-    import psycopg
-    from psycopg import sql
-
-    dsn = os.environ.get(DSN_ENV, "")
-    if not dsn:
-        _unavailable(f"{DSN_ENV} is not set")
-    try:
-        psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S).close()
-    except psycopg.OperationalError as exc:
-        _unavailable(f"cannot connect with {DSN_ENV}: {exc}")
-    schema = f"wf_test_{uuid.uuid4().hex}"
+    dsn: str = request.getfixturevalue("pg_dsn")
+    schema = new_schema_name()
     try:
         yield postgres_backend(dsn, schema)
     finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        drop_schema(dsn, schema)
