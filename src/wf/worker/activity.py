@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, overload
@@ -246,7 +245,9 @@ class ActivityContext:
     """How many times the code heartbeated."""
     cancel_reason: str | None = None
     """Why the attempt was cancelled (``None`` while it may go on)."""
-    _cancelled: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _cancelled: bool = field(default=False, init=False, repr=False)
+    """Set once, by the worker's thread; read by activity code in any thread (a plain
+    attribute: assignments are atomic and visible across threads)."""
 
     def heartbeat(self, details: Any = None) -> None:
         """Record progress; keeps only the latest details; never blocks."""
@@ -256,17 +257,17 @@ class ActivityContext:
     @property
     def cancelled(self) -> bool:
         """Whether the lease was lost and the work should stop."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def cancel(self, reason: str) -> None:
         """Mark the attempt cancelled (the worker calls it; idempotent)."""
         if self.cancel_reason is None:
             self.cancel_reason = reason
-        self._cancelled.set()
+        self._cancelled = True
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`ActivityCancelled` if the attempt was cancelled."""
-        if self._cancelled.is_set():
+        if self._cancelled:
             raise ActivityCancelled(self.cancel_reason or "cancelled")
 
 

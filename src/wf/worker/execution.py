@@ -119,23 +119,32 @@ async def execute(
             _call_async(defn, context, args, kwargs), name=f"wf-activity-{info.activity_id}"
         )
         on_task(task)
+        # Awaited directly (no asyncio.wait and its extra future): cancelling the
+        # caller cancels the task; a caller that is not itself being cancelled
+        # sees CancelledError only because the task alone was cancelled.
+        caller = asyncio.current_task()
         try:
-            await asyncio.wait([task])
+            value = await task
         except asyncio.CancelledError:
-            task.cancel()
-            raise
-        if task.cancelled():
+            if not task.done():
+                task.cancel()
+                raise
+            if caller is not None and caller.cancelling():
+                raise
             if context.cancelled:
                 return Abandoned(context.cancel_reason or "cancelled")
             return Failed(
                 error_type="CancelledError", message="the activity cancelled itself", retryable=True
             )
-        error = task.exception()
-        if error is not None:
+        except BaseException as error:  # the activity's own failure, whatever its type
+            if caller is not None and caller.cancelling():
+                raise asyncio.CancelledError() from error
             if context.cancelled:
                 return Abandoned(context.cancel_reason or "cancelled")
             return _failed(error)
-        value = task.result()
+        if caller is not None and caller.cancelling():
+            # The caller was cancelled but the activity swallowed it and returned.
+            raise asyncio.CancelledError()
     else:
         assert executor is not None, "sync activities need the worker's thread pool"
         loop = asyncio.get_running_loop()

@@ -2,15 +2,24 @@
 
 Theory of operation
 -------------------
-Callers queue a call and await its answer. One sender task sends whatever
-is queued as one JSON-RPC batch (one HTTP request, and on the server one
-group commit), waits for the answer, then sends whatever queued up in the
-meantime. With one call at a time this costs nothing extra; under load,
-calls coalesce into batches of up to :data:`OUTBOX_BATCH_MAX` by
-themselves, with no timer. A batch that gets no answer (server unreachable,
-timeout) fails every call in it with :class:`~wf.errors.RpcUnavailable`;
-retrying is the caller's decision, because only the caller knows whether a
-retry is still meaningful.
+Callers queue a call and await its answer. :data:`OUTBOX_IN_FLIGHT_MAX`
+sender tasks take turns: an idle sender is woken by the first call queued,
+takes everything queued by the time it runs and sends it as one JSON-RPC
+batch (one HTTP request, and on the server one group commit); when its
+answer is in, it takes whatever queued up meanwhile, or waits. With one call
+at a time this costs nothing extra (one wake-up, one request); under load,
+calls coalesce into batches of up to :data:`OUTBOX_BATCH_MAX` by themselves,
+with no timer, and while one batch waits for the server's commit the next
+is already travelling, so a call never waits a whole round trip just
+because an earlier batch is still out. A batch that gets no answer (server
+unreachable, timeout) fails every call in it with
+:class:`~wf.errors.RpcUnavailable`; retrying is the caller's decision,
+because only the caller knows whether a retry is still meaningful.
+
+Batches in flight together are independent: the worker never has two calls
+about one lease outstanding whose order matters (a lease's start is answered
+before its report is queued; a renewal crossing a report is harmless, since
+the fencing token refuses whichever arrives second).
 """
 
 from __future__ import annotations
@@ -21,22 +30,38 @@ from collections import deque
 from typing import Any, Final
 
 from wf.client.rpc_client import RpcClient
-from wf.errors import RpcUnavailable, WfError
+from wf.errors import Internal, RpcUnavailable, WfError
 
 OUTBOX_BATCH_MAX: Final = 500
 """Most calls in one HTTP request (the server accepts up to 1,000)."""
 OUTBOX_TIMEOUT_S: Final = 30.0
 """Longest one batch may take before its calls count as unanswered."""
+OUTBOX_IN_FLIGHT_MAX: Final = 2
+"""Sender tasks, so batches on the wire at once (one travels while another commits)."""
+
+_Call = tuple[str, dict[str, Any], "asyncio.Future[Any]"]
 
 
 class Outbox:
     """See the module docstring."""
 
-    def __init__(self, client: RpcClient, *, timeout_s: float = OUTBOX_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        client: RpcClient,
+        *,
+        timeout_s: float = OUTBOX_TIMEOUT_S,
+        in_flight_max: int = OUTBOX_IN_FLIGHT_MAX,
+    ) -> None:
         self._client = client
         self._timeout_s = timeout_s
-        self._queue: deque[tuple[str, dict[str, Any], asyncio.Future[Any]]] = deque()
-        self._wake = asyncio.Event()
+        self._senders_max = max(1, in_flight_max)
+        self._queue: deque[_Call] = deque()
+        self._idle: deque[asyncio.Future[None]] = deque()
+        """One future per idle sender; resolving it wakes that sender."""
+        self._waking = False
+        """A sender was woken and has not taken its batch yet (wake one per burst)."""
+        self._sending: dict[asyncio.Task[Any], list[_Call]] = {}
+        """The batch each busy sender has on the wire."""
         self.batches_sent = 0
         """HTTP requests made (for tests and statistics)."""
         self.calls_sent = 0
@@ -46,29 +71,63 @@ class Outbox:
         """Queue one call; returns its result or raises its typed error."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((method, params, future))
-        self._wake.set()
+        if not self._waking:
+            while self._idle:
+                waiter = self._idle.popleft()
+                if not waiter.done():
+                    self._waking = True
+                    waiter.set_result(None)
+                    break
         return await future
 
     async def run(self) -> None:
-        """The sender loop (runs until cancelled; queued calls then fail)."""
+        """Run the senders until cancelled; queued and unanswered calls then fail."""
+        loop = asyncio.get_running_loop()
+        senders = [
+            loop.create_task(self._sender(), name=f"wf-outbox-sender-{n}")
+            for n in range(self._senders_max)
+        ]
         try:
-            while True:
-                await self._wake.wait()
-                self._wake.clear()
-                while self._queue:
-                    await self._send_one_batch()
+            await asyncio.gather(*senders)
         finally:
-            while self._queue:
-                _, _, future = self._queue.popleft()
-                if not future.done():
-                    future.set_exception(RpcUnavailable("the worker is stopping"))
+            for sender in senders:
+                sender.cancel()
+            stopping = RpcUnavailable("the worker is stopping")
+            for live in self._sending.values():
+                _fail(live, stopping)
+            self._sending.clear()
+            _fail(list(self._queue), stopping)
+            self._queue.clear()
 
-    async def _send_one_batch(self) -> None:
-        count = min(len(self._queue), OUTBOX_BATCH_MAX)
-        batch = [self._queue.popleft() for _ in range(count)]
-        live = [item for item in batch if not item[2].done()]
-        if not live:
-            return
+    async def _sender(self) -> None:
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+        assert me is not None
+        while True:
+            if not self._queue:
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._idle.append(waiter)
+                try:
+                    await waiter
+                finally:
+                    if waiter.done():
+                        self._waking = False
+                if not self._queue:
+                    continue
+            count = min(len(self._queue), OUTBOX_BATCH_MAX)
+            batch = [self._queue.popleft() for _ in range(count)]
+            live = [item for item in batch if not item[2].done()]
+            if not live:
+                continue
+            self._sending[me] = live
+            try:
+                await self._send(live)
+            except Exception as exc:  # a bug, not the network: its calls must not wait forever
+                _fail(live, Internal(f"sending lease calls failed: {exc!r}"))
+            finally:
+                self._sending.pop(me, None)
+
+    async def _send(self, live: list[_Call]) -> None:
         try:
             async with asyncio.timeout(self._timeout_s):
                 answers = await self._client.batch([(m, p) for m, p, _ in live])
@@ -78,14 +137,10 @@ class Outbox:
                 if isinstance(exc, RpcUnavailable)
                 else RpcUnavailable(f"lease calls got no answer: {exc!r}")
             )
-            for _, _, future in live:
-                if not future.done():
-                    future.set_exception(error)
+            _fail(live, error)
             return
         except asyncio.CancelledError:
-            for _, _, future in live:
-                if not future.done():
-                    future.set_exception(RpcUnavailable("the worker is stopping"))
+            _fail(live, RpcUnavailable("the worker is stopping"))
             raise
         self.batches_sent += 1
         self.calls_sent += len(live)
@@ -96,6 +151,12 @@ class Outbox:
                 future.set_exception(answer)
             else:
                 future.set_result(answer)
+
+
+def _fail(calls: list[_Call], error: WfError) -> None:
+    for _, _, future in calls:
+        if not future.done():
+            future.set_exception(error)
 
 
 async def stop_task(task: asyncio.Task[Any] | None) -> None:

@@ -597,6 +597,7 @@ class Worker:
             self._accept(result.leases, result.traceparents)
 
     def _accept(self, grants: list[LeaseGranted], traceparents: Mapping[str, str]) -> None:
+        debug = log.isEnabledFor(logging.DEBUG)
         for grant in grants:
             lease = grant.lease
             if lease.token in self._held:
@@ -615,17 +616,18 @@ class Worker:
             self._held[lease.token] = held
             self._buffer.append(held)
             self.counters.received += 1
-            log.debug(
-                "lease %s received",
-                lease.token,
-                extra={
-                    "action": "lease.received",
-                    "worker_id": self.worker_id,
-                    "activity_id": lease.activity_id,
-                    "token": lease.token,
-                    "correlation_id": grant.correlation_id,
-                },
-            )
+            if debug:
+                log.debug(
+                    "lease %s received",
+                    lease.token,
+                    extra={
+                        "action": "lease.received",
+                        "worker_id": self.worker_id,
+                        "activity_id": lease.activity_id,
+                        "token": lease.token,
+                        "correlation_id": grant.correlation_id,
+                    },
+                )
         self._pump()
 
     def _pump(self) -> None:
@@ -726,6 +728,15 @@ class Worker:
             }
         if not await self._fenced_call(held, method, params):
             return
+        if isinstance(ending, Succeeded):
+            self.counters.completed += 1
+            if len(self.counters.acknowledged) < ACKNOWLEDGED_MAX:
+                self.counters.acknowledged.append((held.activity_id, held.token))
+            self._last_completed = held.activity_id
+        else:
+            self.counters.failed += 1
+        if not log.isEnabledFor(logging.INFO):
+            return  # the line's fields are not even built
         extra = {
             "worker_id": self.worker_id,
             "activity_id": held.activity_id,
@@ -734,17 +745,12 @@ class Worker:
             "correlation_id": held.grant.correlation_id,
         }
         if isinstance(ending, Succeeded):
-            self.counters.completed += 1
-            if len(self.counters.acknowledged) < ACKNOWLEDGED_MAX:
-                self.counters.acknowledged.append((held.activity_id, held.token))
-            self._last_completed = held.activity_id
             log.info(
                 "activity %s completed",
                 held.activity_id,
                 extra={"action": "lease.completed", **extra},
             )
         else:
-            self.counters.failed += 1
             log.info(
                 "activity %s failed: %s",
                 held.activity_id,
