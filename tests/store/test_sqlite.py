@@ -32,6 +32,16 @@ CHILD_TIMEOUT_S = 60
 OWNER = OwnerInfo(host="h", pid=1, since="2026-01-01T00:00:00Z")
 
 
+async def _until(condition: Any, timeout_s: float = 10.0) -> None:
+    """Wait until ``condition()`` holds, checking often; fail after ``timeout_s``."""
+    step_s = 0.005
+    for _ in range(int(timeout_s / step_s)):
+        if condition():
+            return
+        await asyncio.sleep(step_s)
+    raise AssertionError(f"condition not met within {timeout_s} s")
+
+
 def submitted(aid: str, seq: int) -> ActivitySubmitted:
     return ActivitySubmitted(
         at=T0, activity=Activity(activity_id=aid, activity_type="t", seq=seq, submitted_at=T0)
@@ -136,10 +146,14 @@ def test_a_failed_batch_fails_every_append_in_it(tmp_path: Path) -> None:
         blocker = sqlite3.connect(tmp_path / "scheduler.db", isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")  # the writer waits for this write lock
         first = asyncio.ensure_future(store.append([submitted("first", 2)]))
-        await asyncio.sleep(0.2)  # the writer took `first` and is blocked in BEGIN
+        await asyncio.sleep(0)  # append() queues `first` before its first suspension
+        # Wait (bounded) until the writer took `first` and is blocked in BEGIN ...
+        await _until(lambda: store._queue.qsize() == 0)
+        assert not first.done()
         bad = asyncio.ensure_future(store.append([submitted("dup", 3)]))
         good = asyncio.ensure_future(store.append([submitted("good", 4)]))
-        await asyncio.sleep(0.05)
+        # ... and until both later appends wait behind it, so they share one batch.
+        await _until(lambda: store._queue.qsize() == 2)
         blocker.execute("ROLLBACK")
         blocker.close()
         await first
