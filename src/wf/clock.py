@@ -25,6 +25,8 @@ restart it re-anchors to the wall clock, which is what persisted instants mean.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -75,3 +77,34 @@ class SystemClock:
     def wall(self) -> datetime:
         """``now()`` as an aware UTC datetime."""
         return datetime.fromtimestamp(self.now(), tz=UTC)
+
+
+async def sleep_until(clock: Clock, t: float, wake: asyncio.Event | None = None) -> None:
+    """Sleep until ``clock`` reaches ``t`` or ``wake`` is set, whichever comes first.
+
+    On a clock with its own ``sleep_until`` (the virtual clock of
+    :mod:`wf.testing.clock`) the sleep is on that clock, so the shell's loops run
+    on virtual time unchanged; otherwise it is a real sleep of ``t - now``.
+    """
+    virtual = getattr(clock, "sleep_until", None)
+    if virtual is not None:
+        sleeper = asyncio.ensure_future(virtual(t))
+        waiter = asyncio.ensure_future(wake.wait()) if wake is not None else None
+        pending = {sleeper} if waiter is None else {sleeper, waiter}
+        try:
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in pending:
+                task.cancel()
+        return
+    delay = t - clock.now()
+    if delay <= 0:
+        return
+    if wake is None:
+        await asyncio.sleep(delay)
+        return
+    # Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation that
+    # lands as the wake-up fires.
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(delay):
+            await wake.wait()

@@ -25,6 +25,7 @@ the caller's fault, and may the same call succeed if retried unchanged?
     ├── OwnershipConflict          server   another scheduler owns the store
     ├── Overloaded                 server   backpressure; retry after ``retry_after_s``
     ├── StoreUnavailable           server   the store could not commit; retryable
+    ├── Draining                   server   shutting down: no new scheduled work; retryable
     ├── RpcUnavailable             server   (client side) no server reachable; retryable
     ├── RpcProtocolError           caller   (client side) a JSON-RPC protocol error
     └── Internal                   server   a bug or an unexpected state
@@ -220,6 +221,16 @@ class Overloaded(WfError):
         self.retry_after_s = retry_after_s
 
 
+class Draining(WfError):
+    """The server is draining for shutdown and takes no new scheduled work; retry later
+    (against the next instance)."""
+
+    code = "draining"
+    rpc_code = -32043
+    fault = "server"
+    retryable = True
+
+
 class Internal(WfError):
     """An unexpected internal state; a bug to report."""
 
@@ -256,6 +267,7 @@ ALL_ERRORS: tuple[type[WfError], ...] = (
     RpcUnavailable,
     RpcProtocolError,
     Overloaded,
+    Draining,
     Internal,
     CorruptRecord,
 )

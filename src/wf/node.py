@@ -30,7 +30,6 @@ The background loop only calls :meth:`tick` at the instant the core asks for
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import time
@@ -39,7 +38,7 @@ from datetime import UTC
 
 import msgspec
 
-from wf.clock import Clock, SystemClock
+from wf.clock import Clock, SystemClock, sleep_until
 from wf.errors import StoreUnavailable, WfError
 from wf.scheduler import commands as cmd
 from wf.scheduler.config import SchedulerConfig
@@ -229,11 +228,8 @@ class SchedulerNode:
             delay = TICK_INTERVAL_MAX_S if wake is None else min(wake - now, TICK_INTERVAL_MAX_S)
             if delay > 0:
                 self._wake.clear()
-                # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation
-                # that lands as the wake-up fires, and stop() would wait forever.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay):
-                        await self._wake.wait()
+                # On the clock, so a virtual clock drives the node like everything else.
+                await sleep_until(self.clock, now + delay, self._wake)
                 continue
             try:
                 await self.tick()

@@ -21,11 +21,21 @@ from typing import Any
 import msgspec
 import pytest
 
-from wf.client.app import SCHEDULER_TWINS, WORKFLOW_TWINS, App, MethodInfo, SyncApp
+from wf.client.app import (
+    SCHEDULE_TWINS,
+    SCHEDULER_TWINS,
+    WORKFLOW_TWINS,
+    App,
+    MethodInfo,
+    SyncApp,
+)
 from wf.errors import (
     AlreadyExists,
     Conflict,
     InvalidArgument,
+    InvalidCronExpression,
+    InvalidTimezone,
+    NaiveDatetime,
     NotFound,
     Overloaded,
     RpcUnavailable,
@@ -40,6 +50,8 @@ from wf.scheduler.backpressure import BackpressureConfig
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.model import Activity, ActivityState, HeartbeatStats, WorkerInfo
 from wf.scheduler.outputs import LeaseRevoked, Transition
+from wf.schedules.api import ScheduleAPI
+from wf.schedules.model import OneShotTrigger, schedule_row
 from wf.server.app import WfServer
 from wf.server.config import ServerConfig, ServerSection, StoreConfig
 from wf.server.rpc import ANONYMOUS_ADMIN
@@ -51,6 +63,7 @@ from wf.server.scheduler_api import (
     SchedulerAPI,
     WorkerView,
 )
+from wf.store.protocol import OccurrenceRow
 
 C = ANONYMOUS_ADMIN
 """The caller the Python API sees (authentication is off in these servers)."""
@@ -67,7 +80,7 @@ def _config(root: Path, dispatch: SchedulerConfig | None = None) -> ServerConfig
 async def serving(
     root: Path, dispatch: SchedulerConfig | None = None
 ) -> AsyncIterator[tuple[WfServer, str]]:
-    server = WfServer(_config(root, dispatch))
+    server = WfServer(_config(root, dispatch), schedules=True)
     await server.start()
     try:
         yield server, f"http://127.0.0.1:{server.port}"
@@ -124,7 +137,10 @@ def test_every_registered_method_has_a_twin(tmp_path: Path) -> None:
     assert {t.rpc for t in SCHEDULER_TWINS.values()} == scheduler_methods
     workflow_methods = {n for n in registry if n.startswith("workflow.")}
     assert workflow_methods, "the server registers workflow.* methods"
-    assert {t.rpc for t in WORKFLOW_TWINS.values()} == workflow_methods
+    schedule_methods = {n for n in workflow_methods if n.startswith("workflow.schedules.")}
+    assert schedule_methods, "the server registers workflow.schedules.* methods"
+    assert {t.rpc for t in SCHEDULE_TWINS.values()} == schedule_methods
+    assert {t.rpc for t in WORKFLOW_TWINS.values()} == workflow_methods - schedule_methods
     for rpc_name, python_name in by_rpc.items():
         twin = App.TWINS[python_name]
         # The wire form is built from the very Struct the server decodes.
@@ -148,7 +164,15 @@ def test_every_registered_method_has_a_twin(tmp_path: Path) -> None:
             api_method = getattr(SchedulerAPI, python_name)
             assert _server_params(api_method) == client_params, python_name
         if rpc_name.startswith("workflow."):
-            assert _server_params(getattr(WorkflowAPI, python_name)) == client_params
+            # workflow.schedules.* are ScheduleAPI's, the rest WorkflowAPI's: same
+            # names, kinds (positional or keyword-only) and defaults, minus caller.
+            api_class = ScheduleAPI if rpc_name.startswith("workflow.schedules.") else WorkflowAPI
+            api_method = getattr(api_class, python_name)
+            assert _server_params(api_method) == client_params, python_name
+            api_sig = inspect.signature(api_method).parameters
+            for n in client_params:
+                assert client_sig[n].kind == api_sig[n].kind, f"{python_name}.{n}"
+                assert client_sig[n].default == api_sig[n].default, f"{python_name}.{n}"
 
 
 # ------------------------------------------------------------ over the wire
@@ -327,6 +351,7 @@ async def _exercise_workflow(app: App, server: WfServer) -> None:
     await same_refusal(
         app.get_deployment("nope.default"), wf.get_deployment("nope.default", caller=C), NotFound
     )
+    await _exercise_runs(app, server)
 
 
 def test_overloaded_carries_retry_after(tmp_path: Path) -> None:
@@ -413,3 +438,284 @@ def test_sync_facade_and_failover(tmp_path: Path) -> None:
                 app.not_a_method  # noqa: B018
         with App.sync(_dead_url()) as down, pytest.raises(RpcUnavailable):
             down.queue_stats()
+
+
+async def _exercise_runs(app: App, server: WfServer) -> None:
+    """Every ``workflow.runs.*`` twin, on a plan that needs no worker (an interrupt)."""
+    wf = server.workflow
+    plan = {
+        "nodes": [
+            {
+                "kind": "interrupt",
+                "id": "ask",
+                "prompt": "name?",
+                "input_schema": {"type": "string"},
+            }
+        ],
+        "output": {"name": {"$node": "ask"}},
+    }
+    await app.create_artifact_from_plan("ask", 1, plan)
+    await app.save_deployment({"artifact_id": "ask", "artifact_version": 1})
+    started = await app.start_run("ask.default")
+    assert started["run_id"] == "run-000001"
+    assert started["status"] == "interrupted"
+    assert await app.inspect_run("run-000001") == await wf.inspect_run("run-000001", caller=C)
+    await same_refusal(
+        app.inspect_run("run-999999"), wf.inspect_run("run-999999", caller=C), NotFound
+    )
+    await same_refusal(
+        app.start_run("nope.default"), wf.start_run("nope.default", None, caller=C), NotFound
+    )
+    await same_refusal(
+        app.resume_run("run-000001", 42),
+        wf.resume_run("run-000001", 42, caller=C),
+        InvalidArgument,
+    )
+    resumed = await app.resume_run("run-000001", "ada")
+    assert resumed["status"] == "completed"
+    assert resumed["output"] == {"name": "ada"}
+    assert [m["state"] for m in resumed["resumes"]] == ["rejected", "rejected", "applied"]
+    second = await wf.start_run("ask.default", None, caller=C)
+    page = await app.list_runs(limit=1)
+    assert page == await wf.list_runs(caller=C, limit=1)
+    assert [r["run_id"] for r in page["runs"]] == ["run-000001"]
+    assert page["next_cursor"] is not None
+    rest = await app.list_runs(limit=1, cursor=page["next_cursor"])
+    assert [r["run_id"] for r in rest["runs"]] == [second["run_id"]]
+    cancelled = await app.cancel_run(second["run_id"], reason="test")
+    assert cancelled["status"] == "cancelled"
+    await same_refusal(
+        app.cancel_run(second["run_id"]),
+        wf.cancel_run(second["run_id"], caller=C),
+        Conflict,
+    )
+    await _exercise_schedules(app, server)
+
+
+_VOLATILE = ("schedule_id", "created_at", "updated_at", "watermark", "paused_at", "deleted_at")
+
+
+def _shape(view: dict[str, Any]) -> dict[str, Any]:
+    """A schedule view without its id and clock readings (to compare twin writes
+    made on two schedules, since ids are never reused)."""
+    return {k: v for k, v in view.items() if k not in _VOLATILE}
+
+
+async def _exercise_schedules(app: App, server: WfServer) -> None:
+    """Every ``workflow.schedules.*`` twin against the Python API.
+
+    ``ask.default`` (made by :func:`_exercise_runs`) is interrupt-only, so a
+    triggered run needs no worker; no admission service runs and the triggers
+    lie months or centuries ahead, so nothing fires on its own. Each write goes
+    once over the wire and once in process, on twin schedules (``*-wire`` and
+    ``*-local``), and the answers must agree but for ids and clock readings.
+    """
+    api = server.schedules
+    assert api is not None, "serving() keeps schedules"
+    cron = {"kind": "cron", "expression": "0 9 1 1 *", "timezone": "Europe/Paris"}
+
+    # create: same definition; a typed trigger Struct travels as its JSON form.
+    made = await app.create_schedule("nightly-wire", "ask.default", cron, note="n")
+    local = await api.create_schedule("nightly-local", "ask.default", cron, caller=C, note="n")
+    assert made["schedule_id"] == "nightly-wire"
+    assert made["revision"] == 1
+    assert made["status"] == "active"
+    assert made["next_instant"] is not None
+    assert _shape(made) == _shape(local)
+    once = OneShotTrigger(at="2999-01-01T00:00:00+02:00")
+    once_made = await app.create_schedule("once-wire", "ask.default", once)
+    once_local = await api.create_schedule("once-local", "ask.default", once, caller=C)
+    assert once_made["trigger"] == {"kind": "oneshot", "at": "2999-01-01T00:00:00+02:00"}
+    assert _shape(once_made) == _shape(once_local)
+
+    # create refusals: bad triggers, a reused id, an unknown deployment, bad policies.
+    for trigger, refusal in (
+        ({**cron, "expression": "61 * * * *"}, InvalidCronExpression),
+        ({**cron, "timezone": "Mars/Olympus_Mons"}, InvalidTimezone),
+        ({"kind": "oneshot", "at": "2999-01-01T00:00:00"}, NaiveDatetime),
+        ({"kind": "weekly"}, InvalidArgument),
+    ):
+        await same_refusal(
+            app.create_schedule("bad", "ask.default", trigger),
+            api.create_schedule("bad", "ask.default", trigger, caller=C),
+            refusal,
+        )
+    await same_refusal(
+        app.create_schedule("nightly-wire", "ask.default", cron),
+        api.create_schedule("nightly-wire", "ask.default", cron, caller=C),
+        AlreadyExists,
+    )
+    await same_refusal(
+        app.create_schedule("bad", "nope.default", cron),
+        api.create_schedule("bad", "nope.default", cron, caller=C),
+        NotFound,
+    )
+    await same_refusal(
+        app.create_schedule("bad", "ask.default", cron, overlap="parallel"),
+        api.create_schedule("bad", "ask.default", cron, caller=C, overlap="parallel"),
+        InvalidArgument,
+    )
+
+    # get: equal reads; unknown ids refused alike.
+    assert await app.get_schedule("nightly-wire") == await api.get_schedule(
+        "nightly-wire", caller=C
+    )
+    await same_refusal(app.get_schedule("nope"), api.get_schedule("nope", caller=C), NotFound)
+
+    # update: the given fields change; a stale revision or a bad trigger changes nothing.
+    changes: dict[str, Any] = {"note": "edited", "overlap": "parallel", "max_active_runs": 2}
+    edited = await app.update_schedule("nightly-wire", 1, **changes)
+    assert edited["revision"] == 2
+    assert (edited["note"], edited["overlap"], edited["max_active_runs"]) == (
+        "edited",
+        "parallel",
+        2,
+    )
+    assert edited["trigger"] == made["trigger"]
+    assert _shape(edited) == _shape(
+        await api.update_schedule("nightly-local", 1, caller=C, **changes)
+    )
+    await same_refusal(
+        app.update_schedule("nightly-wire", 1, note="stale"),
+        api.update_schedule("nightly-wire", 1, caller=C, note="stale"),
+        Conflict,
+    )
+    naive = {"kind": "oneshot", "at": "2999-06-01T12:00:00"}
+    await same_refusal(
+        app.update_schedule("nightly-wire", 2, trigger=naive),
+        api.update_schedule("nightly-wire", 2, caller=C, trigger=naive),
+        NaiveDatetime,
+    )
+    await same_refusal(
+        app.update_schedule("nope", 1, note="x"),
+        api.update_schedule("nope", 1, caller=C, note="x"),
+        NotFound,
+    )
+    assert (await app.get_schedule("nightly-wire"))["revision"] == 2
+
+    # pause (idempotent, with a reason) / resume (idempotent).
+    paused = await app.pause_schedule("nightly-wire", reason="maintenance")
+    assert (paused["status"], paused["pause_reason"], paused["revision"]) == (
+        "paused",
+        "maintenance",
+        3,
+    )
+    assert paused["next_instant"] is None
+    assert _shape(paused) == _shape(
+        await api.pause_schedule("nightly-local", caller=C, reason="maintenance")
+    )
+    assert await app.pause_schedule("nightly-wire") == await api.get_schedule(
+        "nightly-wire", caller=C
+    )
+    resumed = await app.resume_schedule("nightly-wire")
+    assert (resumed["status"], resumed["pause_reason"], resumed["revision"]) == ("active", None, 4)
+    assert _shape(resumed) == _shape(await api.resume_schedule("nightly-local", caller=C))
+    assert await app.resume_schedule("nightly-wire") == await api.resume_schedule(
+        "nightly-wire", caller=C
+    )
+    await same_refusal(app.pause_schedule("nope"), api.pause_schedule("nope", caller=C), NotFound)
+
+    # preview: equal reads (UTC and wall time in the zone); a bad count refused alike.
+    preview = await app.preview_schedule("nightly-wire", count=3)
+    assert preview == await api.preview_schedule("nightly-wire", caller=C, count=3)
+    assert len(preview) == 3
+    assert all(p["timezone"] == "Europe/Paris" for p in preview)
+    assert all(p["local"].endswith("T09:00:00+01:00") for p in preview)
+    assert len(await app.preview_schedule("once-wire")) == 1
+    await same_refusal(
+        app.preview_schedule("nightly-wire", count=0),
+        api.preview_schedule("nightly-wire", caller=C, count=0),
+        InvalidArgument,
+    )
+
+    # occurrences: no history yet; then three recorded rows (as the admission
+    # service records missed starts) paged alike over the wire and in process.
+    empty = await app.list_schedule_occurrences("nightly-wire")
+    assert empty == {"occurrences": [], "next_cursor": None}
+    current = await api.load("nightly-wire", C)
+    base = current.created_at - 3 * 3600
+    history = [
+        OccurrenceRow(
+            schedule_id="nightly-wire",
+            instant=base + k * 3600,
+            status="skipped-misfire",
+            detail="too late",
+            recorded_at=current.created_at,
+        )
+        for k in range(3)
+    ]
+    bumped = msgspec.structs.replace(current, revision=current.revision + 1, skipped_misfire=3)
+    await api.store.record_occurrences(
+        schedule_row(bumped), expected_revision=current.revision, occurrences=history
+    )
+    first_page = await app.list_schedule_occurrences("nightly-wire", limit=2)
+    assert first_page == await api.list_schedule_occurrences("nightly-wire", caller=C, limit=2)
+    assert [o["instant_s"] for o in first_page["occurrences"]] == [base, base + 3600]
+    assert {o["status"] for o in first_page["occurrences"]} == {"skipped-misfire"}
+    assert first_page["next_cursor"] is not None
+    rest = await app.list_schedule_occurrences(
+        "nightly-wire", limit=2, cursor=first_page["next_cursor"]
+    )
+    assert rest == await api.list_schedule_occurrences(
+        "nightly-wire", caller=C, limit=2, cursor=first_page["next_cursor"]
+    )
+    assert [o["instant_s"] for o in rest["occurrences"]] == [base + 7200]
+    assert rest["next_cursor"] is None
+    assert (await app.get_schedule("nightly-wire"))["skipped_misfire"] == 3
+    for bad in (
+        app.list_schedule_occurrences("nightly-wire", limit=0),
+        app.list_schedule_occurrences("nightly-wire", cursor="runs-cursor"),
+    ):
+        with pytest.raises(InvalidArgument):
+            await bad
+    await same_refusal(
+        app.list_schedule_occurrences("nightly-wire", limit=101),
+        api.list_schedule_occurrences("nightly-wire", caller=C, limit=101),
+        InvalidArgument,
+    )
+    await same_refusal(
+        app.list_schedule_occurrences("nope"),
+        api.list_schedule_occurrences("nope", caller=C),
+        NotFound,
+    )
+
+    # trigger: one manual run now through the bindings (interrupted: no worker needed).
+    triggered = await app.trigger_schedule("nightly-wire")
+    assert triggered["status"] == "interrupted"
+    assert triggered["triggered_from"] == "nightly-wire"
+    assert triggered["trigger"]["kind"] == "manual"
+    assert triggered["deployment_id"] == "ask.default"
+    view = await app.inspect_run(triggered["run_id"])
+    assert {k: v for k, v in triggered.items() if k != "triggered_from"} == view
+    in_process = await api.trigger_schedule("nightly-local", caller=C)
+    assert in_process["run_id"] != triggered["run_id"]
+    assert set(in_process) == set(triggered)
+    assert (in_process["status"], in_process["trigger"]) == ("interrupted", triggered["trigger"])
+    await same_refusal(
+        app.trigger_schedule("nope"), api.trigger_schedule("nope", caller=C), NotFound
+    )
+
+    # list: equal reads; delete (idempotent) hides a schedule unless deleted ones are asked.
+    listed = await app.list_schedules()
+    assert listed == await api.list_schedules(caller=C)
+    ids = ["nightly-local", "nightly-wire", "once-local", "once-wire"]
+    assert [s["schedule_id"] for s in listed] == ids
+    gone = await app.delete_schedule("once-wire")
+    assert (gone["status"], gone["next_instant"]) == ("deleted", None)
+    assert _shape(gone) == _shape(await api.delete_schedule("once-local", caller=C))
+    assert await app.delete_schedule("once-wire") == await api.get_schedule("once-wire", caller=C)
+    assert [s["schedule_id"] for s in await app.list_schedules()] == ids[:2]
+    everything = await app.list_schedules(include_deleted=True)
+    assert everything == await api.list_schedules(caller=C, include_deleted=True)
+    assert [s["schedule_id"] for s in everything] == ids
+    for refused, local_refused in (
+        (app.pause_schedule("once-wire"), api.pause_schedule("once-wire", caller=C)),
+        (app.resume_schedule("once-wire"), api.resume_schedule("once-wire", caller=C)),
+        (app.trigger_schedule("once-wire"), api.trigger_schedule("once-wire", caller=C)),
+        (
+            app.update_schedule("once-wire", gone["revision"], note="x"),
+            api.update_schedule("once-wire", gone["revision"], caller=C, note="x"),
+        ),
+    ):
+        await same_refusal(refused, local_refused, Conflict)
+    await same_refusal(app.delete_schedule("nope"), api.delete_schedule("nope", caller=C), NotFound)

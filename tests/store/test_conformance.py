@@ -25,6 +25,7 @@ from wf.errors import (
     Conflict,
     CorruptRecord,
     InvalidArgument,
+    NotFound,
     OwnershipConflict,
     StoreUnavailable,
 )
@@ -54,10 +55,14 @@ from wf.scheduler.recovery import durable_digest, restore
 from wf.store import codec
 from wf.store.loader import build_snapshot
 from wf.store.protocol import (
+    RUN_LIVE_STATUSES,
     ArtifactRow,
     DeploymentRow,
     Diagnostic,
+    OccurrenceRow,
     OwnerInfo,
+    RunRow,
+    ScheduleRow,
     Store,
     StoredState,
 )
@@ -293,6 +298,42 @@ def test_history_is_complete_and_in_order(store_factory: Backend) -> None:
             assert after == rec.transitions("a3")
         finally:
             await store.close()
+
+    run(main)
+
+
+def test_results_round_trip_through_history(store_factory: Backend) -> None:
+    big = bytes(range(256)) * 256  # 64 KiB, every byte value
+
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            rec = Recorder(store)
+            await rec.register("w1")
+            await rec.submit(act("r1"), act("r2"), act("r3"))
+            leases = await rec.lease("w1", 3)
+            for lease in leases.values():
+                await rec.do(cmd.StartActivity, activity_id=lease.activity_id, token=lease.token)
+            await rec.do(cmd.Complete, activity_id="r1", token=leases["r1"].token, result=big)
+            await rec.do(cmd.Complete, activity_id="r2", token=leases["r2"].token, result=b"")
+            await rec.do(cmd.Fail, activity_id="r3", token=leases["r3"].token, retryable=False)
+            for aid in ("r1", "r2", "r3"):
+                assert await store.history(aid) == rec.transitions(aid), aid
+            assert (await store.history("r1"))[-1].result == big
+            assert (await store.history("r2"))[-1].result == b""  # empty, not missing
+            assert all(t.result is None for t in (await store.history("r3")))
+            assert all(t.result is None for t in (await store.history("r1"))[:-1])
+            await assert_same_state(rec)
+        finally:
+            await store.close()
+        reopened = store_factory.make()
+        await reopened.open()
+        try:
+            completed = (await reopened.history("r1"))[-1]
+            assert (completed.to_state, completed.result) == (S.COMPLETED, big)
+        finally:
+            await reopened.close()
 
     run(main)
 
@@ -765,3 +806,710 @@ def test_catalog_writes_do_not_disturb_appends(store_factory: Backend) -> None:
             await store.close()
 
     run(main)
+
+
+# ------------------------------------------------------------------------ runs
+
+
+def _run_row(**kw: Any) -> RunRow:
+    """A run as the runtime hands it to ``insert_run`` (seq, run_id are assigned)."""
+    fields: dict[str, Any] = {
+        "run_id": "",
+        "seq": 0,
+        "deployment_id": "hello.default",
+        "tenant": "acme",
+        "status": "admitted",
+        "schedule_id": None,
+        "body": b"{}",
+        "revision": 1,
+        "created_at": T0,
+        "updated_at": T0,
+    }
+    fields.update(kw)
+    return RunRow(**fields)
+
+
+def _next(row: RunRow, **kw: Any) -> RunRow:
+    """The run's next revision with ``kw`` changed."""
+    return msgspec.structs.replace(row, revision=row.revision + 1, **kw)
+
+
+def test_insert_run_numbers_runs_and_never_reuses_a_number(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            first = await store.insert_run(
+                _run_row(run_id="ignored", seq=77, revision=9, body=b'{"n":1}')
+            )
+            assert first == _run_row(run_id="run-000001", seq=1, revision=1, body=b'{"n":1}')
+            second = await store.insert_run(_run_row(schedule_id="nightly", tenant="globex"))
+            assert (second.run_id, second.seq, second.revision) == ("run-000002", 2, 1)
+            assert await store.get_run("run-000001") == first
+            assert await store.get_run("run-000002") == second
+            assert await store.get_run("run-000003") is None
+            assert await store.check() == []
+        finally:
+            await store.close()
+        # A deleted run's number is not handed out again: numbers come from the
+        # counter, not from the rows.
+        store_factory.sql("DELETE FROM runs WHERE run_id = ?", "run-000002")
+        reopened = store_factory.make()
+        await reopened.open()
+        try:
+            assert await reopened.get_run("run-000001") == first
+            third = await reopened.insert_run(_run_row())
+            assert (third.run_id, third.seq) == ("run-000003", 3)
+            # Past six digits the id just grows.
+            store_factory.sql("UPDATE counters SET value = ? WHERE name = ?", 999_999, "run_seq")
+            big = await reopened.insert_run(_run_row())
+            assert (big.run_id, big.seq) == ("run-1000000", 1_000_000)
+            assert [r.seq for r in await reopened.list_runs()] == [1, 3, 1_000_000]
+        finally:
+            await reopened.close()
+
+    run(main)
+
+
+def test_concurrent_insert_runs_get_distinct_consecutive_numbers(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            inserted = await asyncio.gather(
+                *(store.insert_run(_run_row(body=b"%d" % i)) for i in range(20))
+            )
+            assert sorted(r.seq for r in inserted) == list(range(1, 21))
+            assert len({r.run_id for r in inserted}) == 20
+            stored = await store.list_runs(limit=100)
+            assert sorted(stored, key=lambda r: r.seq) == sorted(inserted, key=lambda r: r.seq)
+            assert (await store.insert_run(_run_row())).seq == 21
+        finally:
+            await store.close()
+
+    run(main)
+
+
+def test_update_run_uses_optimistic_revisions(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            base = await store.insert_run(_run_row(schedule_id="nightly"))
+            running = _next(base, status="running", body=b"r2", updated_at=T0 + 5)
+            await store.update_run(running, expected_revision=1)
+            assert await store.get_run(base.run_id) == running
+
+            # Stale: refused with the current revision, and nothing changed.
+            with pytest.raises(Conflict) as stale:
+                await store.update_run(_next(base, status="failed"), expected_revision=1)
+            assert stale.value.details["current_revision"] == 2
+            assert await store.get_run(base.run_id) == running
+
+            # Unknown run.
+            ghost = _next(base, run_id="run-999999")
+            with pytest.raises(NotFound):
+                await store.update_run(ghost, expected_revision=1)
+            assert await store.get_run("run-999999") is None
+
+            # Revisions that do not follow are a caller bug.
+            with pytest.raises(InvalidArgument):
+                await store.update_run(
+                    msgspec.structs.replace(running, revision=5), expected_revision=2
+                )
+            with pytest.raises(InvalidArgument):
+                await store.update_run(
+                    msgspec.structs.replace(running, revision=1), expected_revision=0
+                )
+            assert await store.get_run(base.run_id) == running
+
+            # Only status, body, revision and updated_at change.
+            moved = _next(
+                running,
+                status="completed",
+                body=b"r3",
+                updated_at=T0 + 9,
+                tenant="other",
+                deployment_id="other.dep",
+                schedule_id=None,
+                created_at=T0 + 1,
+                seq=42,
+            )
+            await store.update_run(moved, expected_revision=2)
+            assert await store.get_run(base.run_id) == _next(
+                running, status="completed", body=b"r3", updated_at=T0 + 9
+            )
+
+            # Racing updates from the same base: exactly one wins.
+            results = await asyncio.gather(
+                *(
+                    store.update_run(_next(moved, body=b"race%d" % i), expected_revision=3)
+                    for i in range(6)
+                ),
+                return_exceptions=True,
+            )
+            assert sum(r is None for r in results) == 1
+            assert all(isinstance(r, Conflict) for r in results if r is not None)
+            stored = await store.get_run(base.run_id)
+            assert stored is not None
+            assert stored.revision == 4
+        finally:
+            await store.close()
+
+    run(main)
+
+
+async def _seed_runs(store: Store) -> list[RunRow]:
+    """Nine runs over two deployments, two schedules, three tenants, several statuses."""
+    specs = [
+        ("a.x", "t1", "admitted", None),
+        ("a.x", "t2", "running", "s1"),
+        ("b.y", "t1", "completed", "s1"),
+        ("a.x", "t3", "failed", None),
+        ("b.y", "t2", "interrupted", "s2"),
+        ("a.x", "t1", "running", "s1"),
+        ("b.y", "t3", "cancelled", None),
+        ("a.x", "t2", "completed", "s2"),
+        ("b.y", "t1", "admitted", "s1"),
+    ]
+    inserted = []
+    for i, (deployment_id, tenant, status, schedule_id) in enumerate(specs):
+        inserted.append(
+            await store.insert_run(
+                _run_row(
+                    deployment_id=deployment_id,
+                    tenant=tenant,
+                    status=status,
+                    schedule_id=schedule_id,
+                    body=b'{"i":%d}' % i,
+                    created_at=T0 + i,
+                    updated_at=T0 + i,
+                )
+            )
+        )
+    return inserted
+
+
+def test_list_runs_pages_and_filters(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            runs = await _seed_runs(store)
+            assert [r.seq for r in runs] == list(range(1, 10))
+            assert await store.list_runs() == runs
+
+            # Paging: after_seq is the last seq of the previous page.
+            pages: list[list[RunRow]] = []
+            after = 0
+            while page := await store.list_runs(after_seq=after, limit=4):
+                pages.append(page)
+                after = page[-1].seq
+            assert [[r.seq for r in p] for p in pages] == [[1, 2, 3, 4], [5, 6, 7, 8], [9]]
+            assert await store.list_runs(limit=0) == []
+
+            def seqs(found: list[RunRow]) -> list[int]:
+                return [r.seq for r in found]
+
+            assert seqs(await store.list_runs(deployment_id="a.x")) == [1, 2, 4, 6, 8]
+            assert seqs(await store.list_runs(schedule_id="s1")) == [2, 3, 6, 9]
+            assert seqs(await store.list_runs(statuses=["running", "admitted"])) == [1, 2, 6, 9]
+            assert seqs(await store.list_runs(tenants=("t2", "t3"))) == [2, 4, 5, 7, 8]
+            assert seqs(await store.list_runs(tenants=["t1"], statuses=["completed"])) == [3]
+            assert seqs(
+                await store.list_runs(
+                    deployment_id="a.x", schedule_id="s1", statuses=["running"], tenants=["t1"]
+                )
+            ) == [6]
+            # Filters and paging together.
+            assert seqs(await store.list_runs(deployment_id="a.x", after_seq=2, limit=2)) == [4, 6]
+            # An empty list matches nothing; unknown values match nothing.
+            assert await store.list_runs(statuses=[]) == []
+            assert await store.list_runs(tenants=[]) == []
+            assert await store.list_runs(deployment_id="nope") == []
+            # Values are bound parameters, never SQL.
+            assert await store.list_runs(deployment_id="a.x' OR '1'='1") == []
+            assert await store.list_runs(statuses=["x') OR ('1'='1"]) == []
+            # A bare string is not a list of statuses.
+            with pytest.raises(InvalidArgument):
+                await store.list_runs(statuses="running")
+            with pytest.raises(InvalidArgument):
+                await store.list_runs(limit=-1)
+        finally:
+            await store.close()
+
+    run(main)
+
+
+def test_live_runs_are_the_unfinished_ones_in_seq_order(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            assert await store.live_runs() == []
+            runs = await _seed_runs(store)
+            live = await store.live_runs()
+            assert live == [r for r in runs if r.status in RUN_LIVE_STATUSES]
+            assert {r.status for r in live} == set(RUN_LIVE_STATUSES)
+            assert [r.seq for r in live] == [1, 2, 5, 6, 9]
+            # A run that finishes leaves the live set; one revived joins it in seq order.
+            await store.update_run(_next(runs[1], status="completed"), expected_revision=1)
+            await store.update_run(_next(runs[2], status="interrupted"), expected_revision=1)
+            assert [r.seq for r in await store.live_runs()] == [1, 3, 5, 6, 9]
+        finally:
+            await store.close()
+
+    run(main)
+
+
+def test_check_reports_the_run_counter_behind(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            await store.insert_run(_run_row())
+            await store.insert_run(_run_row())
+            assert await store.check() == []
+            store_factory.sql("UPDATE counters SET value = ? WHERE name = ?", 1, "run_seq")
+            behind = [d for d in await store.check() if d.kind == "counter_behind"]
+            assert [(d.key, d.table) for d in behind] == [("run_seq", "counters")]
+        finally:
+            await store.close()
+
+    run(main)
+
+
+# ------------------------------------------------------------------- schedules
+
+
+def _schedule_row(schedule_id: str = "nightly", **kw: Any) -> ScheduleRow:
+    """A schedule's first revision (``kw`` overrides any field)."""
+    fields: dict[str, Any] = {
+        "schedule_id": schedule_id,
+        "tenant": "acme",
+        "deployment_id": "hello.default",
+        "status": "active",
+        "body": b'{"cron":"0 * * * *"}',
+        "revision": 1,
+        "created_at": T0,
+        "updated_at": T0,
+    }
+    fields.update(kw)
+    return ScheduleRow(**fields)
+
+
+def _snext(row: ScheduleRow, **kw: Any) -> ScheduleRow:
+    """The schedule's next revision with ``kw`` changed."""
+    kw.setdefault("updated_at", row.updated_at + 1)
+    kw.setdefault("revision", row.revision + 1)
+    return msgspec.structs.replace(row, **kw)
+
+
+def _occ(at: float, status: str = "skipped-misfire", **kw: Any) -> OccurrenceRow:
+    """An occurrence of ``nightly`` at ``T0 + at``."""
+    kw.setdefault("schedule_id", "nightly")
+    kw.setdefault("recorded_at", T0 + at + 0.5)
+    return OccurrenceRow(instant=T0 + at, status=status, **kw)
+
+
+def _run_seq(backend: Backend) -> int:
+    return int(backend.sql("SELECT value FROM counters WHERE name = ?", "run_seq")[0][0])
+
+
+def test_schedules_create_get_list_and_use_optimistic_revisions(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            assert await store.get_schedule("a") is None
+            assert await store.list_schedules(include_deleted=True) == []
+            a = _schedule_row("a")
+            b = _schedule_row("b", status="paused", tenant="globex", deployment_id="x.y")
+            c = _schedule_row("c")
+            for row in (c, a, b):
+                await store.put_schedule(row, expected_revision=0)
+            assert await store.get_schedule("a") == a
+            deleted = _snext(c, status="deleted", body=b"{}")
+            await store.put_schedule(deleted, expected_revision=1)
+            assert await store.get_schedule("c") == deleted
+            assert await store.list_schedules() == [a, b]
+            assert await store.list_schedules(include_deleted=True) == [a, b, deleted]
+
+            # Ids are never reused, deleted ones included; nothing changes.
+            for taken in (_schedule_row("a", body=b"dup"), _schedule_row("c")):
+                with pytest.raises(AlreadyExists):
+                    await store.put_schedule(taken, expected_revision=0)
+            assert await store.list_schedules(include_deleted=True) == [a, b, deleted]
+
+            # Compare-and-set updates; a stale one changes nothing.
+            a2 = _snext(a, status="paused", body=b"two")
+            await store.put_schedule(a2, expected_revision=1)
+            with pytest.raises(Conflict) as stale:
+                await store.put_schedule(_snext(a, body=b"late"), expected_revision=1)
+            assert stale.value.details["current_revision"] == 2
+            assert await store.get_schedule("a") == a2
+
+            # Unknown id.
+            with pytest.raises(NotFound):
+                await store.put_schedule(_snext(_schedule_row("ghost")), expected_revision=1)
+            assert await store.get_schedule("ghost") is None
+
+            # Revisions that do not follow and unknown statuses are caller bugs.
+            with pytest.raises(InvalidArgument):
+                await store.put_schedule(_schedule_row("d", revision=2), expected_revision=0)
+            with pytest.raises(InvalidArgument):
+                await store.put_schedule(_snext(a2, revision=9), expected_revision=2)
+            with pytest.raises(InvalidArgument):
+                await store.put_schedule(_schedule_row("d", status="sleeping"), expected_revision=0)
+            assert await store.get_schedule("d") is None
+
+            # Only status, body, revision and updated_at change.
+            a3 = _snext(
+                a2,
+                status="active",
+                body=b"three",
+                tenant="other",
+                deployment_id="o.p",
+                created_at=T0 + 99,
+            )
+            await store.put_schedule(a3, expected_revision=2)
+            assert await store.get_schedule("a") == _snext(
+                a2, status="active", body=b"three", updated_at=a3.updated_at
+            )
+
+            # Racing updates from the same base: exactly one wins.
+            results = await asyncio.gather(
+                *(
+                    store.put_schedule(_snext(b, body=b"race%d" % i), expected_revision=1)
+                    for i in range(6)
+                ),
+                return_exceptions=True,
+            )
+            assert sum(r is None for r in results) == 1
+            assert all(isinstance(r, Conflict) for r in results if r is not None)
+            listed = await store.list_schedules(include_deleted=True)
+        finally:
+            await store.close()
+        reopened = store_factory.make()
+        await reopened.open()
+        try:
+            assert await reopened.list_schedules(include_deleted=True) == listed
+            assert [s.revision for s in listed] == [3, 2, 2]
+        finally:
+            await reopened.close()
+
+    run(main)
+
+
+def test_record_occurrences_without_a_run(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            base = _schedule_row()
+            await store.put_schedule(base, expected_revision=0)
+            second = _snext(base, body=b'{"cursor":2}')
+            skipped = [
+                _occ(60, "skipped-misfire", detail="missed by 2h"),
+                _occ(0, "skipped-overlap", detail="previous run still live"),
+                _occ(120, "preflight-rejected", detail="deployment paused"),
+            ]
+            got = await store.record_occurrences(second, expected_revision=1, occurrences=skipped)
+            assert got is None
+            assert await store.get_schedule("nightly") == second
+            # Oldest first, whatever the order they were recorded in.
+            assert await store.list_occurrences("nightly") == sorted(
+                skipped, key=lambda o: o.instant
+            )
+            assert await store.list_runs() == []
+            assert _run_seq(store_factory) == 0
+            # Nothing to record still moves the schedule.
+            third = _snext(second)
+            assert (
+                await store.record_occurrences(third, expected_revision=2, occurrences=[]) is None
+            )
+            assert await store.get_schedule("nightly") == third
+            assert await store.check() == []
+        finally:
+            await store.close()
+
+    run(main)
+
+
+def test_record_occurrences_admits_a_run_numbered_with_insert_run(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            schedule = _schedule_row()
+            await store.put_schedule(schedule, expected_revision=0)
+            manual = await store.insert_run(_run_row())
+            admitted: list[RunRow] = []
+            for i in range(3):
+                schedule = _snext(schedule, body=b'{"cursor":%d}' % i)
+                at = 3600.0 * i
+                stored = await store.record_occurrences(
+                    schedule,
+                    expected_revision=schedule.revision - 1,
+                    occurrences=[
+                        _occ(at - 1800, "coalesced", detail="folded into the next"),
+                        _occ(at, "admitted"),
+                    ],
+                    run=_run_row(run_id="ignored", seq=99, revision=7, created_at=T0 + at),
+                )
+                assert stored is not None
+                admitted.append(stored)
+                await store.insert_run(_run_row(body=b"manual%d" % i))
+            # One counter for both paths: consecutive, unique numbers.
+            assert [r.seq for r in admitted] == [2, 4, 6]
+            assert [r.seq for r in await store.list_runs()] == list(range(1, 8))
+            assert manual.schedule_id is None
+            first = admitted[0]
+            assert first == _run_row(
+                run_id="run-000002", seq=2, revision=1, schedule_id="nightly", created_at=T0
+            )
+            assert await store.get_run("run-000002") == first
+            assert await store.list_runs(schedule_id="nightly") == admitted
+            occurrences = await store.list_occurrences("nightly")
+            assert [(o.instant - T0, o.status, o.run_id) for o in occurrences] == [
+                (-1800.0, "coalesced", None),
+                (0.0, "admitted", "run-000002"),
+                (1800.0, "coalesced", None),
+                (3600.0, "admitted", "run-000004"),
+                (5400.0, "coalesced", None),
+                (7200.0, "admitted", "run-000006"),
+            ]
+            assert await store.get_schedule("nightly") == schedule
+            assert await store.check() == []
+        finally:
+            await store.close()
+        reopened = store_factory.make()
+        await reopened.open()
+        try:
+            assert await reopened.get_schedule("nightly") == schedule
+            assert await reopened.list_occurrences("nightly") == occurrences
+            assert await reopened.get_run("run-000006") == admitted[2]
+            assert (await reopened.insert_run(_run_row())).seq == 8
+        finally:
+            await reopened.close()
+
+    run(main)
+
+
+def test_record_occurrences_is_all_or_nothing(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            base = _schedule_row()
+            await store.put_schedule(base, expected_revision=0)
+            second = _snext(base)
+            ran = await store.record_occurrences(
+                second, expected_revision=1, occurrences=[_occ(0, "admitted")], run=_run_row()
+            )
+            assert ran is not None
+            assert ran.seq == 1
+            before = (
+                await store.get_schedule("nightly"),
+                await store.list_occurrences("nightly"),
+                await store.list_runs(),
+                _run_seq(store_factory),
+            )
+
+            async def unchanged() -> None:
+                after = (
+                    await store.get_schedule("nightly"),
+                    await store.list_occurrences("nightly"),
+                    await store.list_runs(),
+                    _run_seq(store_factory),
+                )
+                assert after == before
+
+            third = _snext(second)
+            # An instant recorded before (and the run that came with it): AlreadyExists.
+            with pytest.raises(AlreadyExists) as dup:
+                await store.record_occurrences(
+                    third,
+                    expected_revision=2,
+                    occurrences=[_occ(60, "admitted"), _occ(0, "superseded")],
+                    run=_run_row(),
+                )
+            assert dup.value.details["schedule_id"] == "nightly"
+            await unchanged()
+            # The same instant twice in one call.
+            with pytest.raises(AlreadyExists):
+                await store.record_occurrences(
+                    third, expected_revision=2, occurrences=[_occ(60), _occ(60, "superseded")]
+                )
+            await unchanged()
+            # A stale schedule revision.
+            with pytest.raises(Conflict) as stale:
+                await store.record_occurrences(
+                    _snext(base),
+                    expected_revision=1,
+                    occurrences=[_occ(60, "admitted")],
+                    run=_run_row(),
+                )
+            assert stale.value.details["current_revision"] == 2
+            await unchanged()
+            # An unknown schedule.
+            with pytest.raises(NotFound):
+                await store.record_occurrences(
+                    _snext(_schedule_row("ghost")),
+                    expected_revision=1,
+                    occurrences=[_occ(60, "admitted", schedule_id="ghost")],
+                    run=_run_row(),
+                )
+            await unchanged()
+            # Caller bugs: refused before anything is written.
+            bad_calls: list[tuple[list[OccurrenceRow], RunRow | None, int, ScheduleRow]] = [
+                ([_occ(60, "coalesced")], _run_row(), 2, third),  # no admitted one
+                ([_occ(60, "admitted"), _occ(120, "admitted")], _run_row(), 2, third),  # two
+                ([], _run_row(), 2, third),
+                ([_occ(60, "admitted")], None, 2, third),  # admitted without a run
+                ([_occ(60, "admitted", run_id="run-000001")], _run_row(), 2, third),
+                ([_occ(60, "ran-away")], None, 2, third),
+                ([_occ(60, schedule_id="other")], None, 2, third),
+                ([_occ(60, "admitted")], _run_row(schedule_id="other"), 2, third),
+                ([_occ(float("nan"))], None, 2, third),
+                ([_occ(60)], None, 2, _snext(third)),  # revision does not follow
+                ([_occ(60)], None, 0, base),  # occurrences need an existing schedule
+            ]
+            for occurrences, run_row, expected, schedule in bad_calls:
+                with pytest.raises(InvalidArgument):
+                    await store.record_occurrences(
+                        schedule,
+                        expected_revision=expected,
+                        occurrences=occurrences,
+                        run=run_row,
+                    )
+            await unchanged()
+            # After all that, the next one goes through with the next number.
+            nxt = await store.record_occurrences(
+                third, expected_revision=2, occurrences=[_occ(60, "admitted")], run=_run_row()
+            )
+            assert nxt is not None
+            assert nxt.seq == 2
+            assert await store.check() == []
+        finally:
+            await store.close()
+
+    run(main)
+
+
+def test_concurrent_record_occurrences_have_one_winner(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            base = _schedule_row()
+            await store.put_schedule(base, expected_revision=0)
+            results = await asyncio.gather(
+                *(
+                    store.record_occurrences(
+                        _snext(base, body=b"%d" % i),
+                        expected_revision=1,
+                        occurrences=[_occ(60 * i, "admitted")],
+                        run=_run_row(),
+                    )
+                    for i in range(6)
+                ),
+                return_exceptions=True,
+            )
+            won = [r for r in results if isinstance(r, RunRow)]
+            assert len(won) == 1
+            assert all(isinstance(r, Conflict) for r in results if not isinstance(r, RunRow))
+            assert won[0].seq == 1
+            assert [o.run_id for o in await store.list_occurrences("nightly")] == [won[0].run_id]
+            assert (await store.insert_run(_run_row())).seq == 2
+        finally:
+            await store.close()
+
+    run(main)
+
+
+def test_list_occurrences_pages_oldest_first(store_factory: Backend) -> None:
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            schedule = _schedule_row()
+            await store.put_schedule(schedule, expected_revision=0)
+            other = _schedule_row("other")
+            await store.put_schedule(other, expected_revision=0)
+            await store.record_occurrences(
+                _snext(other),
+                expected_revision=1,
+                occurrences=[_occ(30, schedule_id="other")],
+            )
+            recorded = [_occ(float(i * 10)) for i in (4, 0, 6, 1, 3, 5, 2)]
+            await store.record_occurrences(
+                _snext(schedule), expected_revision=1, occurrences=recorded
+            )
+            expected = sorted(recorded, key=lambda o: o.instant)
+            assert await store.list_occurrences("nightly") == expected
+            pages: list[list[OccurrenceRow]] = []
+            after: float | None = None
+            while page := await store.list_occurrences("nightly", after_instant=after, limit=3):
+                pages.append(page)
+                after = page[-1].instant
+            assert [[o.instant - T0 for o in p] for p in pages] == [
+                [0.0, 10.0, 20.0],
+                [30.0, 40.0, 50.0],
+                [60.0],
+            ]
+            middle = await store.list_occurrences("nightly", after_instant=T0 + 15, limit=2)
+            assert middle == expected[2:4]
+            assert await store.list_occurrences("nightly", limit=0) == []
+            assert await store.list_occurrences("ghost") == []
+            assert [o.schedule_id for o in await store.list_occurrences("other")] == ["other"]
+            with pytest.raises(InvalidArgument):
+                await store.list_occurrences("nightly", limit=-1)
+        finally:
+            await store.close()
+        reopened = store_factory.make()
+        await reopened.open()
+        try:
+            assert await reopened.list_occurrences("nightly") == expected
+        finally:
+            await reopened.close()
+
+    run(main)
+
+
+def test_the_database_enforces_occurrence_identity_and_run_links(store_factory: Backend) -> None:
+    """``(schedule_id, instant)`` is the primary key and ``run_id`` references a run:
+    neither rule depends on the store's code."""
+
+    async def main() -> None:
+        store = store_factory.make()
+        await store.open()
+        try:
+            await store.put_schedule(_schedule_row(), expected_revision=0)
+        finally:
+            await store.close()
+
+    run(main)
+    insert = (
+        "INSERT INTO occurrences (schedule_id, instant, status, run_id, detail, recorded_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)"
+    )
+    store_factory.sql(insert, "nightly", T0, "skipped-misfire", None, None, T0)
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
+        store_factory.sql(insert, "nightly", T0, "superseded", None, None, T0)
+    # Only an admitted occurrence names a run.
+    with pytest.raises(Exception, match=r"(?i)check"):
+        store_factory.sql(insert, "nightly", T0 + 1, "coalesced", "run-000001", None, T0)
+    if store_factory.name == "sqlite":
+        # The store turns foreign keys on for its own connections (this raw one has
+        # them off), so check the declaration.
+        refs = store_factory.sql(
+            'SELECT "table", "from", "to" FROM pragma_foreign_key_list(\'occurrences\')'
+        )
+        assert sorted(refs) == [
+            ("runs", "run_id", "run_id"),
+            ("schedules", "schedule_id", "schedule_id"),
+        ]
+    else:
+        with pytest.raises(Exception, match=r"(?i)foreign key"):
+            store_factory.sql(insert, "nightly", T0 + 2, "admitted", "run-000404", None, T0)

@@ -17,11 +17,14 @@ is exactly what the server decodes), sends it through
 ``msgspec.convert`` s the result.
 
 Extending: :data:`WORKFLOW_TWINS` holds the ``workflow.*`` methods (the
-runtime's :class:`~wf.runtime.api.WorkflowAPI`); later tables are merged into
-:attr:`App.TWINS` the same way, with one typed one-line method per row;
-``tests/client/test_app_wire.py`` checks that every method in the server's
-registry has a row, that each row's parameter Struct is the one the server
-registered, and that each twin behaves over the wire like the Python API.
+runtime's :class:`~wf.runtime.api.WorkflowAPI`) and :data:`SCHEDULE_TWINS`
+the ``workflow.schedules.*`` ones (:class:`~wf.schedules.api.ScheduleAPI`;
+their twins keep its parameter kinds: ids positional, options keyword-only).
+Later tables are merged into :attr:`App.TWINS` the same way, with one typed
+one-line method per row; ``tests/client/test_app_wire.py`` checks that every
+method in the server's registry has a row, that each row's parameter Struct
+is the one the server registered, and that each twin behaves over the wire
+like the Python API.
 
 :class:`SyncApp` runs the same coroutines on a private event loop for
 scripts and the CLI.
@@ -47,6 +50,16 @@ from wf.runtime.deployments import Deployment
 from wf.runtime.plan import Plan
 from wf.scheduler.model import Activity, HeartbeatStats, WorkerInfo
 from wf.scheduler.outputs import LeaseRevoked, Transition
+from wf.schedules.model import CronTrigger, OneShotTrigger
+from wf.server.schedule_rpc import (
+    CreateScheduleParams,
+    ListSchedulesParams,
+    OccurrencesParams,
+    PauseScheduleParams,
+    PreviewParams,
+    ScheduleIdParams,
+    UpdateScheduleParams,
+)
 from wf.server.scheduler_api import (
     ActivityIdParams,
     ActivityView,
@@ -66,11 +79,16 @@ from wf.server.scheduler_api import (
     WorkerView,
 )
 from wf.server.workflow_rpc import (
+    CancelRunParams,
     CreateArtifactParams,
     DeploymentIdParams,
     GetArtifactParams,
     ListArtifactsParams,
+    ListRunsParams,
+    ResumeRunParams,
+    RunIdParams,
     SaveDeploymentParams,
+    StartRunParams,
 )
 
 R = TypeVar("R")
@@ -168,8 +186,47 @@ WORKFLOW_TWINS: Final[Mapping[str, Twin]] = {
     "list_deployments": Twin(
         rpc="workflow.deployments.list", params=NoParams, result=list[Deployment]
     ),
+    "start_run": Twin(rpc="workflow.runs.start", params=StartRunParams, result=dict[str, Any]),
+    "inspect_run": Twin(rpc="workflow.runs.inspect", params=RunIdParams, result=dict[str, Any]),
+    "list_runs": Twin(rpc="workflow.runs.list", params=ListRunsParams, result=dict[str, Any]),
+    "resume_run": Twin(rpc="workflow.runs.resume", params=ResumeRunParams, result=dict[str, Any]),
+    "cancel_run": Twin(rpc="workflow.runs.cancel", params=CancelRunParams, result=dict[str, Any]),
 }
 """``workflow.*``: Python name (as on ``WorkflowAPI``) → wire form."""
+
+SCHEDULE_TWINS: Final[Mapping[str, Twin]] = {
+    "create_schedule": Twin(
+        rpc="workflow.schedules.create", params=CreateScheduleParams, result=dict[str, Any]
+    ),
+    "get_schedule": Twin(
+        rpc="workflow.schedules.get", params=ScheduleIdParams, result=dict[str, Any]
+    ),
+    "list_schedules": Twin(
+        rpc="workflow.schedules.list", params=ListSchedulesParams, result=list[dict[str, Any]]
+    ),
+    "update_schedule": Twin(
+        rpc="workflow.schedules.update", params=UpdateScheduleParams, result=dict[str, Any]
+    ),
+    "pause_schedule": Twin(
+        rpc="workflow.schedules.pause", params=PauseScheduleParams, result=dict[str, Any]
+    ),
+    "resume_schedule": Twin(
+        rpc="workflow.schedules.resume", params=ScheduleIdParams, result=dict[str, Any]
+    ),
+    "delete_schedule": Twin(
+        rpc="workflow.schedules.delete", params=ScheduleIdParams, result=dict[str, Any]
+    ),
+    "list_schedule_occurrences": Twin(
+        rpc="workflow.schedules.occurrences.list", params=OccurrencesParams, result=dict[str, Any]
+    ),
+    "preview_schedule": Twin(
+        rpc="workflow.schedules.preview", params=PreviewParams, result=list[dict[str, Any]]
+    ),
+    "trigger_schedule": Twin(
+        rpc="workflow.schedules.trigger", params=ScheduleIdParams, result=dict[str, Any]
+    ),
+}
+"""``workflow.schedules.*``: Python name (as on ``ScheduleAPI``) → wire form."""
 
 RPC_TWINS: Final[Mapping[str, Twin]] = {
     "discover": Twin(rpc="rpc.discover", params=NoParams, result=list[MethodInfo]),
@@ -186,7 +243,12 @@ class App:
     :class:`~wf.errors.RpcUnavailable`.
     """
 
-    TWINS: ClassVar[Mapping[str, Twin]] = {**SCHEDULER_TWINS, **WORKFLOW_TWINS, **RPC_TWINS}
+    TWINS: ClassVar[Mapping[str, Twin]] = {
+        **SCHEDULER_TWINS,
+        **WORKFLOW_TWINS,
+        **SCHEDULE_TWINS,
+        **RPC_TWINS,
+    }
     """Every twin this client has, by Python method name."""
 
     def __init__(
@@ -286,6 +348,141 @@ class App:
     async def list_deployments(self) -> list[Deployment]:
         """Every deployment the caller may see."""
         return await self._call("list_deployments")
+
+    async def start_run(
+        self, deployment_id: str, inputs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Start a run of a deployment; returns its view."""
+        return await self._call("start_run", deployment_id=deployment_id, inputs=inputs)
+
+    async def inspect_run(self, run_id: str) -> dict[str, Any]:
+        """A run's status, inputs, trace, output and checkpoint."""
+        return await self._call("inspect_run", run_id=run_id)
+
+    async def list_runs(
+        self,
+        *,
+        deployment_id: str | None = None,
+        schedule_id: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """A page of runs, oldest first, with ``next_cursor``."""
+        return await self._call(
+            "list_runs",
+            deployment_id=deployment_id,
+            schedule_id=schedule_id,
+            status=status,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def resume_run(
+        self, run_id: str, answer: Any, node_id: str | None = None
+    ) -> dict[str, Any]:
+        """Answer a run's interrupt node."""
+        return await self._call("resume_run", run_id=run_id, answer=answer, node_id=node_id)
+
+    async def cancel_run(self, run_id: str, reason: str = "") -> dict[str, Any]:
+        """Cancel a run that has not stopped."""
+        return await self._call("cancel_run", run_id=run_id, reason=reason)
+
+    # --------------------------------------------------------- schedule calls
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        deployment_id: str,
+        trigger: dict[str, Any] | OneShotTrigger | CronTrigger,
+        *,
+        inputs: dict[str, Any] | None = None,
+        overlap: str = "skip",
+        max_active_runs: int | None = None,
+        misfire: str = "skip",
+        max_steps: int | None = None,
+        note: str | None = None,
+    ) -> dict[str, Any]:
+        """Create a schedule (caller-chosen id, never reused); returns its definition."""
+        return await self._call(
+            "create_schedule",
+            schedule_id=schedule_id,
+            deployment_id=deployment_id,
+            trigger=trigger,
+            inputs=inputs,
+            overlap=overlap,
+            max_active_runs=max_active_runs,
+            misfire=misfire,
+            max_steps=max_steps,
+            note=note,
+        )
+
+    async def get_schedule(self, schedule_id: str) -> dict[str, Any]:
+        """A schedule's definition, admission state and counters (deleted ones too)."""
+        return await self._call("get_schedule", schedule_id=schedule_id)
+
+    async def list_schedules(self, *, include_deleted: bool = False) -> list[dict[str, Any]]:
+        """Every visible schedule by id; deleted ones only when asked."""
+        return await self._call("list_schedules", include_deleted=include_deleted)
+
+    async def update_schedule(
+        self,
+        schedule_id: str,
+        expected_revision: int,
+        *,
+        deployment_id: str | None = None,
+        trigger: dict[str, Any] | OneShotTrigger | CronTrigger | None = None,
+        inputs: dict[str, Any] | None = None,
+        overlap: str | None = None,
+        max_active_runs: int | None = None,
+        misfire: str | None = None,
+        max_steps: int | None = None,
+        note: str | None = None,
+    ) -> dict[str, Any]:
+        """Change the given fields (``None``: unchanged) at ``expected_revision``."""
+        return await self._call(
+            "update_schedule",
+            schedule_id=schedule_id,
+            expected_revision=expected_revision,
+            deployment_id=deployment_id,
+            trigger=trigger,
+            inputs=inputs,
+            overlap=overlap,
+            max_active_runs=max_active_runs,
+            misfire=misfire,
+            max_steps=max_steps,
+            note=note,
+        )
+
+    async def pause_schedule(
+        self, schedule_id: str, *, reason: str | None = None
+    ) -> dict[str, Any]:
+        """Stop future admission (idempotent); an active run goes on."""
+        return await self._call("pause_schedule", schedule_id=schedule_id, reason=reason)
+
+    async def resume_schedule(self, schedule_id: str) -> dict[str, Any]:
+        """Admit again from the next future instant (idempotent)."""
+        return await self._call("resume_schedule", schedule_id=schedule_id)
+
+    async def delete_schedule(self, schedule_id: str) -> dict[str, Any]:
+        """Soft delete (idempotent): no admission; runs and history stay."""
+        return await self._call("delete_schedule", schedule_id=schedule_id)
+
+    async def list_schedule_occurrences(
+        self, schedule_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """A page of occurrences, oldest first: ``{"occurrences": [...], "next_cursor"}``."""
+        return await self._call(
+            "list_schedule_occurrences", schedule_id=schedule_id, limit=limit, cursor=cursor
+        )
+
+    async def preview_schedule(self, schedule_id: str, *, count: int = 5) -> list[dict[str, Any]]:
+        """The next ``count`` instants the trigger yields (UTC and wall time)."""
+        return await self._call("preview_schedule", schedule_id=schedule_id, count=count)
+
+    async def trigger_schedule(self, schedule_id: str) -> dict[str, Any]:
+        """Start one manual run now through the schedule's bindings; returns its view."""
+        return await self._call("trigger_schedule", schedule_id=schedule_id)
 
     # ----------------------------------------------------------- worker calls
 

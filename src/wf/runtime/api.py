@@ -1,4 +1,4 @@
-"""The workflow runtime's Python API: artifacts and deployments (runs come next).
+"""The workflow runtime's Python API: artifacts, deployments and runs.
 
 Theory of operation
 -------------------
@@ -11,6 +11,14 @@ from one process: an artifact version is unique by primary key with a
 content-hash comparison in the same transaction, and a deployment save is
 applied only at the revision it was based on.
 
+Runs are driven by the :class:`~wf.runtime.engine.RunEngine` the server
+gives this API: ``start_run`` validates the merged inputs against the pinned
+plan, asks the scheduler's backpressure whether a new workflow may start, stores
+the run as ``admitted`` and begins it; ``inspect_run`` reads the run document
+and its activities' histories (:mod:`wf.runtime.trace`); ``list_runs`` pages by
+opaque cursor; ``resume_run`` and ``cancel_run`` go through the engine under the
+run's lock.
+
 Access: artifacts are a shared catalog (any ``operate`` caller may create,
 any ``read`` caller may read). Deployments belong to a tenant: a
 tenant-scoped caller may save only deployments of its tenants
@@ -20,15 +28,19 @@ tenant's deployment answers :class:`~wf.errors.NotFound`, like an absent one).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from wf.clock import Clock
-from wf.errors import Forbidden, InvalidArgument, NotFound, UnknownPolicy
+from wf.errors import Conflict, CorruptRecord, Forbidden, InvalidArgument, NotFound, UnknownPolicy
 from wf.runtime import deployments as dep
 from wf.runtime.artifacts import Artifact, artifact_from_row, artifact_row, check_version
-from wf.runtime.plan import Plan, check_id, plan_from_builtins
+from wf.runtime.engine import RunEngine
+from wf.runtime.plan import ActivityNode, Plan, check_id, plan_from_builtins
+from wf.runtime.runs import Run, RunStatus, Trigger, run_from_row
 from wf.runtime.schema import instance_problems
+from wf.runtime.trace import decode_cursor, encode_cursor, run_summary, run_view
 from wf.store import rows
 from wf.store.protocol import Store
 
@@ -49,10 +61,19 @@ class WorkflowAPI:
     """
 
     def __init__(
-        self, store: Store, clock: Clock, *, policies: Collection[str] | None = None
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        policies: Collection[str] | None = None,
+        engine: RunEngine | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
+        self._engine = engine
+        self.resume_gate: Callable[[Run], AbstractAsyncContextManager[None]] | None = None
+        """Admission control for resumes (the schedule service takes an execution slot
+        for a scheduled run's resume); ``None``: none."""
         self.policies = None if policies is None else frozenset(policies)
         """Known scheduling policy groups (``None``: any name is accepted)."""
 
@@ -181,6 +202,174 @@ class WorkflowAPI:
         if caller.tenants is None:
             return found
         return [d for d in found if d.tenant in caller.tenants]
+
+    # ------------------------------------------------------------------ runs
+
+    @property
+    def engine(self) -> RunEngine:
+        """The run engine (Conflict if this API was built without one)."""
+        if self._engine is None:
+            raise Conflict("this server runs no workflow engine")
+        return self._engine
+
+    async def prepare_run(
+        self,
+        deployment_id: str,
+        inputs: dict[str, Any] | None,
+        *,
+        caller: Scope,
+        trigger: Trigger | None = None,
+        max_steps: int | None = None,
+    ) -> tuple[Run, Plan]:
+        """An unsaved admitted run of ``deployment_id`` with its pinned plan.
+
+        Inputs are the deployment's defaults overlaid with ``inputs``, validated
+        in full against the plan's input schema (InvalidArgument, nothing
+        stored). ``max_steps`` overrides the deployment's budget (schedules
+        carry their own).
+        """
+        deployment = await self.get_deployment(deployment_id, caller=caller)
+        _require_tenant(caller, deployment.tenant)
+        if inputs is not None and not isinstance(inputs, dict):
+            raise InvalidArgument("inputs must be a JSON object", field="inputs")
+        artifact = await self.get_artifact(
+            deployment.artifact_id, deployment.artifact_version, caller=caller
+        )
+        merged = {**deployment.default_inputs, **(inputs or {})}
+        problems = instance_problems(artifact.plan.input_schema, merged)
+        if problems:
+            raise InvalidArgument(
+                f"run inputs do not match the input schema of {artifact.artifact_id} "
+                f"v{artifact.version}: {'; '.join(problems)}",
+                field="inputs",
+                problems=problems,
+            )
+        now = self.clock.now()
+        run = Run(
+            run_id="",
+            deployment_id=deployment.deployment_id,
+            deployment_revision=deployment.revision,
+            artifact_id=artifact.artifact_id,
+            artifact_version=artifact.version,
+            content_hash=artifact.content_hash,
+            tenant=deployment.tenant,
+            priority=deployment.priority,
+            policy=deployment.policy,
+            inputs=merged,
+            created_at=now,
+            max_steps=deployment.max_steps if max_steps is None else max_steps,
+            deadline=None if deployment.run_deadline_s is None else now + deployment.run_deadline_s,
+            trigger=trigger or Trigger(),
+        )
+        return run, artifact.plan
+
+    async def start_run(
+        self, deployment_id: str, inputs: dict[str, Any] | None = None, *, caller: Scope
+    ) -> dict[str, Any]:
+        """Start a run of ``deployment_id`` now; returns its view (see ``inspect_run``).
+
+        Raises InvalidArgument (inputs), NotFound (deployment), Forbidden
+        (another tenant) and Overloaded (backpressure refuses new workflows;
+        nothing is stored then).
+        """
+        run, plan = await self.prepare_run(deployment_id, inputs, caller=caller)
+        self.engine.node.core.backpressure.admit_new_workflow(self.clock.now())
+        admitted = await self.engine.admit(run, plan)
+        started = await self.engine.begin(admitted.run_id)
+        return await self._view(started, plan)
+
+    async def inspect_run(self, run_id: str, *, caller: Scope) -> dict[str, Any]:
+        """Status, pinned inputs and artifact, per-node trace (attempts, workers,
+        timings, errors), output, checkpoint, awaited interrupts and resume marks.
+
+        An admitted run shows an empty trace and no output or checkpoint.
+        NotFound if the run does not exist or belongs to a tenant the caller may
+        not see; CorruptRecord if its record does not decode.
+        """
+        run, plan = await self._visible(run_id, caller)
+        return await self._view(run, plan)
+
+    async def list_runs(
+        self,
+        *,
+        caller: Scope,
+        deployment_id: str | None = None,
+        schedule_id: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """One page of runs, oldest first: ``{"runs": [...], "next_cursor": ...}``.
+
+        ``limit`` is 1–100; ``next_cursor`` is ``None`` on the last page.
+        """
+        if not 1 <= limit <= 100:
+            raise InvalidArgument("limit must be 1-100", field="limit", limit=limit)
+        statuses = None
+        if status is not None:
+            if status not in set(RunStatus):
+                raise InvalidArgument(
+                    f"unknown run status {status!r} (one of {[str(s) for s in RunStatus]})",
+                    field="status",
+                )
+            statuses = [status]
+        after = 0 if cursor is None else decode_cursor(cursor)
+        rows = await self.store.list_runs(
+            after_seq=after,
+            limit=limit + 1,
+            deployment_id=deployment_id,
+            schedule_id=schedule_id,
+            statuses=statuses,
+            tenants=None if caller.tenants is None else sorted(caller.tenants),
+        )
+        page: list[dict[str, Any]] = []
+        for row in rows[:limit]:
+            try:
+                page.append(run_summary(run_from_row(row)))
+            except CorruptRecord as exc:
+                page.append({"run_id": row.run_id, "status": row.status, "corrupt": exc.message})
+        more = len(rows) > limit
+        return {"runs": page, "next_cursor": encode_cursor(rows[limit - 1].seq) if more else None}
+
+    async def resume_run(
+        self, run_id: str, answer: Any, node_id: str | None = None, *, caller: Scope
+    ) -> dict[str, Any]:
+        """Answer an interrupt (``node_id`` may be omitted when only one waits).
+
+        The attempt is marked in the store before the answer applies (see
+        :meth:`~wf.runtime.engine.RunEngine.resume_run`). InvalidArgument if the
+        answer does not match the interrupt's schema; Conflict if the run awaits
+        no input.
+        """
+        run, _ = await self._visible(run_id, caller)
+        _require_tenant(caller, run.tenant)
+        if self.resume_gate is None:
+            resumed = await self.engine.resume_run(run_id, answer, node_id)
+        else:
+            async with self.resume_gate(run):
+                resumed = await self.engine.resume_run(run_id, answer, node_id)
+        return await self._view(resumed, await self.engine.plan_of(resumed))
+
+    async def cancel_run(self, run_id: str, reason: str = "", *, caller: Scope) -> dict[str, Any]:
+        """Cancel a run that has not stopped; its activities are withdrawn."""
+        run, _ = await self._visible(run_id, caller)
+        _require_tenant(caller, run.tenant)
+        cancelled = await self.engine.cancel_run(run_id, reason or "cancelled by request")
+        return await self._view(cancelled, await self.engine.plan_of(cancelled))
+
+    async def _visible(self, run_id: str, caller: Scope) -> tuple[Run, Plan]:
+        run, plan = await self.engine.get(run_id)
+        if caller.tenants is not None and run.tenant not in caller.tenants:
+            raise NotFound(f"run {run_id!r} does not exist", run_id=run_id)
+        return run, plan
+
+    async def _view(self, run: Run, plan: Plan) -> dict[str, Any]:
+        histories = {}
+        for node in plan.nodes:
+            state = run.nodes.get(node.id)
+            if isinstance(node, ActivityNode) and state is not None and state.activity_id:
+                histories[state.activity_id] = await self.store.history(state.activity_id)
+        return run_view(run, plan, histories)
 
 
 def _require_tenant(caller: Scope, tenant: str) -> None:

@@ -319,6 +319,7 @@ class SchedulerCore:
         *,
         not_before: float | None = None,
         error: str | None = None,
+        result: bytes | None = None,
     ) -> None:
         """The one place an activity changes state: table check, then a record.
 
@@ -335,6 +336,7 @@ class SchedulerCore:
                 current=current.value,
                 target=target.value,
             )
+        assert result is None or target is S.COMPLETED, "only a completion carries a result"
         a.state = target
         self._records.append(
             Transition(
@@ -352,6 +354,7 @@ class SchedulerCore:
                 lease_expires_at=a.lease_expires_at,
                 not_before=not_before,
                 error=error,
+                result=result,
             )
         )
         if target is not _LEASED and target is not _EXECUTING:
@@ -485,7 +488,7 @@ class SchedulerCore:
         now = c.now
         a = self._get_executing(c.activity_id, c.token, now)
         self._release(a)
-        self._to(a, S.COMPLETED, "completed", now)
+        self._to(a, S.COMPLETED, "completed", now, result=c.result)
         self.metrics.completed += 1
         self._decisions.append(
             ActivityCompleted(

@@ -141,6 +141,8 @@ class Transition(_Record, frozen=True, kw_only=True, tag="transition"):
     lease_expires_at: float = 0.0
     not_before: float | None = None
     error: str | None = None
+    result: bytes | None = None
+    """The result reported with a completion; only on transitions to ``COMPLETED``."""
 
 
 class LeaseRenewed(_Record, frozen=True, kw_only=True, tag="lease_renewed"):

@@ -33,14 +33,19 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from wf.clock import Clock
 from wf.errors import Forbidden, Unauthorized, WfError
 from wf.node import RecoveryReport, SchedulerNode
 from wf.runtime.api import WorkflowAPI
+from wf.runtime.engine import RunEngine
+from wf.schedules.api import ScheduleAPI
+from wf.schedules.service import ScheduleService
 from wf.server.auth import Authenticator
 from wf.server.config import ServerConfig, TlsConfig
 from wf.server.logs import OutcomeLogger, RpcCallLogger
 from wf.server.metrics import ServerMetrics
 from wf.server.rpc import Caller, Dispatcher, Registry, authorize
+from wf.server.schedule_rpc import register_schedule_methods
 from wf.server.scheduler_api import NoParams, SchedulerAPI
 from wf.server.tracing import TRACEPARENT_HEADER, install, make_tracing
 from wf.server.workflow_rpc import register_workflow_methods
@@ -71,7 +76,9 @@ def ssl_context(tls: TlsConfig) -> ssl.SSLContext:
 class WfServer:
     """One wf server process (see the module docstring)."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(
+        self, config: ServerConfig, *, schedules: bool = False, clock: Clock | None = None
+    ) -> None:
         self.config = config
         section = config.server
         store = make_store(
@@ -80,14 +87,28 @@ class WfServer:
             postgres_schema=section.store.postgres_schema,
             durability=section.store.durability,
         )
-        self.node = SchedulerNode(store, config.dispatch)
+        self.node = SchedulerNode(store, config.dispatch, clock=clock)
         self.scheduler = SchedulerAPI(self.node)
         self.registry = Registry()
         self.scheduler.register_methods(self.registry)
+        self.engine = RunEngine(store, self.node, self.node.clock)
+        """The DAG engine driving workflow runs on this node."""
         self.workflow = WorkflowAPI(
-            store, self.node.clock, policies=tuple(config.dispatch.policies)
+            store, self.node.clock, policies=tuple(config.dispatch.policies), engine=self.engine
         )
-        """Artifacts and deployments (``workflow.*``)."""
+        """Artifacts, deployments and runs (``workflow.*``)."""
+        enabled = section.scheduler.enabled
+        self.schedules: ScheduleAPI | None = (
+            ScheduleAPI(store, self.workflow, self.node.clock) if schedules or enabled else None
+        )
+        """Deployment schedules (``workflow.schedules.*``), if this server keeps them."""
+        self.schedule_service: ScheduleService | None = (
+            ScheduleService(self.schedules, self.engine, section.scheduler)
+            if enabled and self.schedules is not None
+            else None
+        )
+        """The admission service, started with the server when ``server.scheduler.enabled``."""
+        register_schedule_methods(lambda: self.schedules, self.registry)
         register_workflow_methods(self.workflow, self.registry)
         self.registry.add(
             "rpc.discover",
@@ -163,6 +184,9 @@ class WfServer:
     async def start(self) -> None:
         """Recover the node, then listen."""
         self.recovery = await self.node.start()
+        await self.engine.start()
+        if self.schedule_service is not None:
+            await self.schedule_service.start()
         section = self.config.server
         self._runner = web.AppRunner(self.app, shutdown_timeout=SHUTDOWN_GRACE_S)
         await self._runner.setup()
@@ -180,11 +204,15 @@ class WfServer:
             await hook()
 
     async def stop(self) -> None:
-        """Drain: stop listening, let requests finish, stop the node."""
+        """Drain: stop admitting scheduled runs and let them finish (within the grace),
+        stop listening, let requests finish, stop the node."""
+        if self.schedule_service is not None:
+            await self.schedule_service.stop()
         if self._runner is not None:
             # Open long polls answer at once (with whatever they hold) instead of
             # holding the drain for their full wait.
             self.scheduler.release_polls()
             await self._runner.cleanup()
             self._runner = None
+        await self.engine.stop()
         await self.node.stop()

@@ -22,14 +22,17 @@ import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from wf.activities import BUILTIN_ACTIVITIES
+from wf.clock import Clock
 from wf.errors import Conflict
 from wf.runtime.api import WorkflowAPI
 from wf.runtime.artifacts import Artifact
 from wf.runtime.deployments import Deployment
 from wf.runtime.plan import Plan
 from wf.scheduler.config import SchedulerConfig
+from wf.schedules.api import ScheduleAPI
 from wf.server.app import WfServer
 from wf.server.config import ServerConfig, ServerSection, StoreConfig
 from wf.server.rpc import ANONYMOUS_ADMIN
@@ -48,7 +51,16 @@ class LocalApi:
     scheduler: SchedulerAPI
     """``server.api.scheduler``: workers, activities, leases."""
     workflow: WorkflowAPI
-    """``server.api.workflow``: artifacts and deployments."""
+    """``server.api.workflow``: artifacts, deployments and runs."""
+    schedules_api: ScheduleAPI | None = None
+
+    @property
+    def schedules(self) -> LocalSchedules:
+        """``server.api.schedules``: deployment schedules as the local administrator
+        (Conflict unless the server was built with ``schedules=True``)."""
+        if self.schedules_api is None:
+            raise Conflict("build the local server with schedules=True to use schedules")
+        return LocalSchedules(self.schedules_api)
 
     async def create_artifact_from_plan(
         self, artifact_id: str, version: int, plan: Plan | dict[str, Any]
@@ -80,6 +92,109 @@ class LocalApi:
         """:meth:`WorkflowAPI.list_deployments` as the local administrator."""
         return await self.workflow.list_deployments(caller=ANONYMOUS_ADMIN)
 
+    async def start_run(
+        self, deployment_id: str, inputs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """:meth:`WorkflowAPI.start_run` as the local administrator."""
+        return await self.workflow.start_run(deployment_id, inputs, caller=ANONYMOUS_ADMIN)
+
+    async def inspect_run(self, run_id: str) -> dict[str, Any]:
+        """:meth:`WorkflowAPI.inspect_run` as the local administrator."""
+        return await self.workflow.inspect_run(run_id, caller=ANONYMOUS_ADMIN)
+
+    async def list_runs(
+        self,
+        *,
+        deployment_id: str | None = None,
+        schedule_id: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`WorkflowAPI.list_runs` as the local administrator."""
+        return await self.workflow.list_runs(
+            caller=ANONYMOUS_ADMIN,
+            deployment_id=deployment_id,
+            schedule_id=schedule_id,
+            status=status,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    async def resume_run(
+        self, run_id: str, answer: Any, node_id: str | None = None
+    ) -> dict[str, Any]:
+        """:meth:`WorkflowAPI.resume_run` as the local administrator."""
+        return await self.workflow.resume_run(run_id, answer, node_id, caller=ANONYMOUS_ADMIN)
+
+    async def cancel_run(self, run_id: str, reason: str = "") -> dict[str, Any]:
+        """:meth:`WorkflowAPI.cancel_run` as the local administrator."""
+        return await self.workflow.cancel_run(run_id, reason, caller=ANONYMOUS_ADMIN)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSchedules:
+    """:class:`~wf.schedules.api.ScheduleAPI` as the local administrator (keyword calls,
+    as 004's examples write them)."""
+
+    api: ScheduleAPI
+
+    async def create_schedule(
+        self, *, schedule_id: str, deployment_id: str, trigger: dict[str, Any], **options: Any
+    ) -> dict[str, Any]:
+        """:meth:`ScheduleAPI.create_schedule`."""
+        return await self.api.create_schedule(
+            schedule_id, deployment_id, trigger, caller=ANONYMOUS_ADMIN, **options
+        )
+
+    async def get_schedule(self, *, schedule_id: str) -> dict[str, Any]:
+        """:meth:`ScheduleAPI.get_schedule`."""
+        return await self.api.get_schedule(schedule_id, caller=ANONYMOUS_ADMIN)
+
+    async def list_schedules(self, *, include_deleted: bool = False) -> list[dict[str, Any]]:
+        """:meth:`ScheduleAPI.list_schedules`."""
+        return await self.api.list_schedules(
+            caller=ANONYMOUS_ADMIN, include_deleted=include_deleted
+        )
+
+    async def update_schedule(
+        self, *, schedule_id: str, expected_revision: int, **changes: Any
+    ) -> dict[str, Any]:
+        """:meth:`ScheduleAPI.update_schedule`."""
+        return await self.api.update_schedule(
+            schedule_id, expected_revision, caller=ANONYMOUS_ADMIN, **changes
+        )
+
+    async def pause_schedule(
+        self, *, schedule_id: str, reason: str | None = None
+    ) -> dict[str, Any]:
+        """:meth:`ScheduleAPI.pause_schedule`."""
+        return await self.api.pause_schedule(schedule_id, caller=ANONYMOUS_ADMIN, reason=reason)
+
+    async def resume_schedule(self, *, schedule_id: str) -> dict[str, Any]:
+        """:meth:`ScheduleAPI.resume_schedule`."""
+        return await self.api.resume_schedule(schedule_id, caller=ANONYMOUS_ADMIN)
+
+    async def delete_schedule(self, *, schedule_id: str) -> dict[str, Any]:
+        """:meth:`ScheduleAPI.delete_schedule`."""
+        return await self.api.delete_schedule(schedule_id, caller=ANONYMOUS_ADMIN)
+
+    async def list_schedule_occurrences(
+        self, *, schedule_id: str, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """:meth:`ScheduleAPI.list_schedule_occurrences`."""
+        return await self.api.list_schedule_occurrences(
+            schedule_id, caller=ANONYMOUS_ADMIN, limit=limit, cursor=cursor
+        )
+
+    async def preview_schedule(self, *, schedule_id: str, count: int = 5) -> list[dict[str, Any]]:
+        """:meth:`ScheduleAPI.preview_schedule`."""
+        return await self.api.preview_schedule(schedule_id, caller=ANONYMOUS_ADMIN, count=count)
+
+    async def trigger_schedule(self, *, schedule_id: str) -> dict[str, Any]:
+        """:meth:`ScheduleAPI.trigger_schedule`."""
+        return await self.api.trigger_schedule(schedule_id, caller=ANONYMOUS_ADMIN)
+
 
 class LocalStaticServer:
     """A started-on-demand server with in-process workers (see the module docstring)."""
@@ -91,9 +206,15 @@ class LocalStaticServer:
         *,
         workers: int,
         max_concurrency: int,
+        schedules: bool = False,
+        clock: Clock | None = None,
     ) -> None:
-        self.server = WfServer(config)
-        self.api = LocalApi(scheduler=self.server.scheduler, workflow=self.server.workflow)
+        self.server = WfServer(config, schedules=schedules, clock=clock)
+        self.api = LocalApi(
+            scheduler=self.server.scheduler,
+            workflow=self.server.workflow,
+            schedules_api=self.server.schedules,
+        )
         self._activities = list(activities)
         self._worker_count = workers
         self._max_concurrency = max_concurrency
@@ -144,15 +265,38 @@ class LocalStaticServer:
 def build_local_static_workflow_server(
     root: Path | str,
     *,
-    activities: Iterable[ActivityDefinition] = (),
+    activities: Iterable[ActivityDefinition] | None = None,
     workers: int = 1,
     max_concurrency: int = 4,
     dispatch: SchedulerConfig | None = None,
+    schedules: bool = False,
+    clock: Clock | None = None,
+    durability: Literal["fsync", "process"] = "fsync",
 ) -> LocalStaticServer:
     """A local server on the embedded store in ``root`` with in-process workers
-    running ``activities`` over loopback (not started yet)."""
+    running ``activities`` over loopback (not started yet).
+
+    ``activities`` defaults to :data:`wf.activities.BUILTIN_ACTIVITIES`; pass
+    ``[]`` for a server without in-process workers (remote workers only).
+    ``schedules=True`` keeps deployment schedules (``server.api.schedules``);
+    admission runs once :func:`wf.schedules.build_scheduler_service` starts.
+    ``clock`` replaces the system clock (a virtual clock for time-skipping tests).
+    ``durability="process"`` skips the fsync per commit (commits survive a killed
+    process, not a power loss): for tests.
+    """
+    if activities is None:
+        activities = BUILTIN_ACTIVITIES
     config = ServerConfig(
-        server=ServerSection(host="127.0.0.1", port=0, store=StoreConfig(root=str(root))),
+        server=ServerSection(
+            host="127.0.0.1", port=0, store=StoreConfig(root=str(root), durability=durability)
+        ),
         dispatch=dispatch or SchedulerConfig(),
     )
-    return LocalStaticServer(config, activities, workers=workers, max_concurrency=max_concurrency)
+    return LocalStaticServer(
+        config,
+        activities,
+        workers=workers,
+        max_concurrency=max_concurrency,
+        schedules=schedules,
+        clock=clock,
+    )

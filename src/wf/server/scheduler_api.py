@@ -58,6 +58,7 @@ import msgspec
 
 from wf.errors import Forbidden, InvalidArgument, NotFound
 from wf.node import SchedulerNode
+from wf.runtime.runs import node_of_activity
 from wf.scheduler import commands as cmd
 from wf.scheduler.dispatcher import FINISHED_MEMORY_MAX
 from wf.scheduler.model import (
@@ -479,6 +480,15 @@ class SchedulerAPI:
         self._check_tenants(caller, activities)
         if not activities:
             raise InvalidArgument("submit needs at least one activity", field="activities")
+        reserved = [a.activity_id for a in activities if node_of_activity(a.activity_id)]
+        if reserved:
+            # The run engine owns these ids; a stray submission could stand in for a node.
+            raise InvalidArgument(
+                f"activity ids of the form run-<number>.<node> belong to workflow runs: "
+                f"{reserved[:10]}",
+                field="activities",
+                activity_ids=reserved[:10],
+            )
         core = self.node.core
         unknown = [
             a.activity_id

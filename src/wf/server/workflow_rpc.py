@@ -62,8 +62,59 @@ class DeploymentIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     """``<artifact_id>.<name>``."""
 
 
+class StartRunParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``workflow.runs.start``."""
+
+    deployment_id: str
+    """The deployment to run."""
+    inputs: dict[str, Any] | None = None
+    """Inputs overlaid on the deployment's defaults."""
+
+
+class RunIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``workflow.runs.inspect``."""
+
+    run_id: str
+    """``run-000001`` style id."""
+
+
+class ListRunsParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``workflow.runs.list``."""
+
+    deployment_id: str | None = None
+    """Only runs of this deployment."""
+    schedule_id: str | None = None
+    """Only runs this schedule admitted."""
+    status: str | None = None
+    """Only runs with this status."""
+    limit: int = 50
+    """Page size, 1-100."""
+    cursor: str | None = None
+    """``next_cursor`` of the previous page."""
+
+
+class ResumeRunParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``workflow.runs.resume``."""
+
+    run_id: str
+    """The interrupted run."""
+    answer: Any
+    """The answer (checked against the interrupt's input schema; may be ``null``)."""
+    node_id: str | None = None
+    """The interrupt node (optional when only one waits)."""
+
+
+class CancelRunParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``workflow.runs.cancel``."""
+
+    run_id: str
+    """The run to cancel."""
+    reason: str = ""
+    """Why (kept in the run's error)."""
+
+
 def register_workflow_methods(api: WorkflowAPI, registry: Registry) -> None:
-    """Add every ``workflow.artifacts.*`` and ``workflow.deployments.*`` method."""
+    """Add every ``workflow.artifacts.*``, ``.deployments.*`` and ``.runs.*`` method."""
 
     async def create(p: CreateArtifactParams, c: Caller) -> Artifact:
         return await api.create_artifact_from_plan(p.artifact_id, p.version, p.plan, caller=c)
@@ -83,7 +134,64 @@ def register_workflow_methods(api: WorkflowAPI, registry: Registry) -> None:
     async def list_dep(p: NoParams, c: Caller) -> list[Deployment]:
         return await api.list_deployments(caller=c)
 
+    async def start_run(p: StartRunParams, c: Caller) -> dict[str, Any]:
+        return await api.start_run(p.deployment_id, p.inputs, caller=c)
+
+    async def inspect_run(p: RunIdParams, c: Caller) -> dict[str, Any]:
+        return await api.inspect_run(p.run_id, caller=c)
+
+    async def list_runs(p: ListRunsParams, c: Caller) -> dict[str, Any]:
+        return await api.list_runs(
+            caller=c,
+            deployment_id=p.deployment_id,
+            schedule_id=p.schedule_id,
+            status=p.status,
+            limit=p.limit,
+            cursor=p.cursor,
+        )
+
+    async def resume_run(p: ResumeRunParams, c: Caller) -> dict[str, Any]:
+        return await api.resume_run(p.run_id, p.answer, p.node_id, caller=c)
+
+    async def cancel_run(p: CancelRunParams, c: Caller) -> dict[str, Any]:
+        return await api.cancel_run(p.run_id, p.reason, caller=c)
+
     add = registry.add
+    add(
+        "workflow.runs.start",
+        StartRunParams,
+        start_run,
+        access="operate",
+        summary="Start a run of a deployment; returns its view.",
+    )
+    add(
+        "workflow.runs.inspect",
+        RunIdParams,
+        inspect_run,
+        access="read",
+        summary="A run's status, inputs, per-node trace, output and checkpoint.",
+    )
+    add(
+        "workflow.runs.list",
+        ListRunsParams,
+        list_runs,
+        access="read",
+        summary="A page of runs, oldest first, with a next_cursor.",
+    )
+    add(
+        "workflow.runs.resume",
+        ResumeRunParams,
+        resume_run,
+        access="operate",
+        summary="Answer a run's interrupt node.",
+    )
+    add(
+        "workflow.runs.cancel",
+        CancelRunParams,
+        cancel_run,
+        access="operate",
+        summary="Cancel a run that has not stopped.",
+    )
     add(
         "workflow.artifacts.create",
         CreateArtifactParams,

@@ -119,6 +119,7 @@ def plan_writes(records: Iterable[Record]) -> tuple[list[Step], dict[str, int]]:
                 "lease_expires_at": r.lease_expires_at,
                 "not_before": r.not_before,
                 "error": r.error,
+                "result": r.result,
                 "held_worker_id": r.worker_id if held else None,
                 "held_expires_at": r.lease_expires_at if held else 0.0,
             }

@@ -27,7 +27,7 @@ session that broke while ``COMMIT`` was in flight leaves the outcome in
 doubt, so the transaction id fetched before the commit is looked up with
 ``pg_xact_status`` and a group that did commit is acknowledged.
 
-*Catalog writes* (artifacts, deployments) run as their own short
+*Catalog writes* (artifacts, deployments, runs, schedules) run as their own short
 transaction on the writer's session, under the writer lock, between group
 commits; their reads use the pool.
 
@@ -64,7 +64,16 @@ from wf.errors import CorruptRecord, Internal, InvalidArgument, OwnershipConflic
 from wf.scheduler.model import Activity, ActivityState
 from wf.scheduler.outputs import Record, Transition
 from wf.store import codec, rows
-from wf.store.protocol import ArtifactRow, DeploymentRow, Diagnostic, OwnerInfo, StoredState
+from wf.store.protocol import (
+    ArtifactRow,
+    DeploymentRow,
+    Diagnostic,
+    OccurrenceRow,
+    OwnerInfo,
+    RunRow,
+    ScheduleRow,
+    StoredState,
+)
 
 Conn: TypeAlias = psycopg.AsyncConnection[tuple[Any, ...]]
 _Phase: TypeAlias = Literal["new", "opening", "open", "closing", "closed"]
@@ -758,6 +767,145 @@ class PostgresStore:
             fetched = await cur.fetchall()
         return [rows.deployment_from_row(r) for r in fetched]
 
+    # -- runs -------------------------------------------------------------
+
+    async def insert_run(self, row: RunRow) -> RunRow:
+        """Store a new run under the next ``run_seq`` number (see the protocol)."""
+        async with self._catalog_tx() as conn:
+            stored = await _insert_run(conn, row)
+        return stored
+
+    async def update_run(self, row: RunRow, *, expected_revision: int) -> None:
+        """Store a run's next revision if it is still at ``expected_revision``."""
+        rows.check_run_revision(row, expected_revision)
+        q = codec.postgres_queries()
+        params = rows.run_update_params(row, expected_revision)
+        async with self._catalog_tx() as conn:
+            cur = await conn.execute(q["update_run"], params)
+            if cur.rowcount == 1:
+                return
+            cur = await conn.execute(q["select_run_revision"], {"run_id": row.run_id})
+            found = await cur.fetchone()
+            if found is None:
+                raise rows.run_not_found(row.run_id)
+            raise rows.run_revision_conflict(row, expected_revision, int(found[0]))
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        """One run, or ``None``."""
+        self._require_open()
+        async with self._reading() as conn:
+            cur = await conn.execute(codec.postgres_queries()["select_run"], {"run_id": run_id})
+            found = await cur.fetchone()
+        return None if found is None else rows.run_from_row(found)
+
+    async def list_runs(
+        self,
+        *,
+        after_seq: int = 0,
+        limit: int = 100,
+        deployment_id: str | None = None,
+        schedule_id: str | None = None,
+        statuses: Sequence[str] | None = None,
+        tenants: Sequence[str] | None = None,
+    ) -> list[RunRow]:
+        """Up to ``limit`` runs after ``after_seq`` matching every filter, oldest first."""
+        self._require_open()
+        query = rows.list_runs_query(
+            postgres=True,
+            after_seq=after_seq,
+            limit=limit,
+            deployment_id=deployment_id,
+            schedule_id=schedule_id,
+            statuses=statuses,
+            tenants=tenants,
+        )
+        if query is None:
+            return []
+        sql, params = query
+        async with self._reading() as conn:
+            cur = await conn.execute(sql, params)
+            fetched = await cur.fetchall()
+        return [rows.run_from_row(r) for r in fetched]
+
+    async def live_runs(self) -> list[RunRow]:
+        """Every run whose status is live, oldest first."""
+        self._require_open()
+        async with self._reading() as conn:
+            cur = await conn.execute(codec.postgres_queries()["select_live_runs"])
+            fetched = await cur.fetchall()
+        return [rows.run_from_row(r) for r in fetched]
+
+    # -- schedules --------------------------------------------------------
+
+    async def put_schedule(self, row: ScheduleRow, *, expected_revision: int) -> None:
+        """Create (``expected_revision`` 0) or update a schedule under optimistic
+        concurrency (see the protocol)."""
+        rows.check_schedule_revision(row, expected_revision)
+        async with self._catalog_tx() as conn:
+            if expected_revision == 0:
+                cur = await conn.execute(
+                    codec.postgres_queries()["insert_schedule"], rows.schedule_params(row)
+                )
+                if cur.rowcount != 1:
+                    raise rows.schedule_exists(row.schedule_id)
+                return
+            await _update_schedule(conn, row, expected_revision)
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRow | None:
+        """One schedule (deleted ones included), or ``None``."""
+        self._require_open()
+        async with self._reading() as conn:
+            cur = await conn.execute(
+                codec.postgres_queries()["select_schedule"], {"schedule_id": schedule_id}
+            )
+            found = await cur.fetchone()
+        return None if found is None else rows.schedule_from_row(found)
+
+    async def list_schedules(self, *, include_deleted: bool = False) -> list[ScheduleRow]:
+        """Every schedule by id (deleted ones only when asked)."""
+        self._require_open()
+        name = "select_all_schedules" if include_deleted else "select_schedules"
+        async with self._reading() as conn:
+            cur = await conn.execute(codec.postgres_queries()[name])
+            fetched = await cur.fetchall()
+        return [rows.schedule_from_row(r) for r in fetched]
+
+    async def record_occurrences(
+        self,
+        schedule: ScheduleRow,
+        *,
+        expected_revision: int,
+        occurrences: Sequence[OccurrenceRow],
+        run: RunRow | None = None,
+    ) -> RunRow | None:
+        """Update the schedule, insert the occurrences and (optionally) the run, in one
+        transaction (see the protocol)."""
+        to_insert = rows.check_occurrences(schedule, expected_revision, occurrences, run)
+        q = codec.postgres_queries()
+        async with self._catalog_tx() as conn:
+            # The schedule row stays locked until commit: a concurrent record of the
+            # same schedule waits, then finds the revision moved (Conflict).
+            await _update_schedule(conn, schedule, expected_revision)
+            stored = None if to_insert is None else await _insert_run(conn, to_insert)
+            for occurrence in occurrences:
+                cur = await conn.execute(
+                    q["insert_occurrence"], rows.occurrence_params(occurrence, stored)
+                )
+                if cur.rowcount != 1:
+                    raise rows.occurrence_exists(occurrence)
+        return stored
+
+    async def list_occurrences(
+        self, schedule_id: str, *, after_instant: float | None = None, limit: int = 100
+    ) -> list[OccurrenceRow]:
+        """Up to ``limit`` occurrences after ``after_instant``, oldest first."""
+        self._require_open()
+        params = rows.occurrence_page_params(schedule_id, after_instant, limit)
+        async with self._reading() as conn:
+            cur = await conn.execute(codec.postgres_queries()["select_occurrences"], params)
+            fetched = await cur.fetchall()
+        return [rows.occurrence_from_row(r) for r in fetched]
+
     # -- reads ------------------------------------------------------------
 
     @asynccontextmanager
@@ -860,6 +1008,37 @@ class PostgresStore:
             cur = await conn.execute(queries["select_crons"], binary=True)
             rows.decode_all(await cur.fetchall(), rows.cron_from_row, found)
         return found
+
+
+async def _insert_run(conn: Conn, row: RunRow) -> RunRow:
+    """Number and insert a run inside the caller's catalog transaction (``insert_run``,
+    ``record_occurrences``): the counter moves with the insert or not at all."""
+    q = codec.postgres_queries()
+    # The counter row stays locked until commit: concurrent inserts (from any
+    # session) take numbers one after another.
+    cur = await conn.execute(q["next_run_seq"])
+    found = await cur.fetchone()
+    if found is None:
+        raise CorruptRecord("counter 'run_seq' is missing", table="counters", key="run_seq")
+    stored = rows.numbered_run(row, int(found[0]))
+    await conn.execute(q["insert_run"], rows.run_params(stored))
+    return stored
+
+
+async def _update_schedule(conn: Conn, row: ScheduleRow, expected_revision: int) -> None:
+    """A schedule's compare-and-set update inside the caller's catalog transaction; why
+    it matched nothing is NotFound or Conflict."""
+    q = codec.postgres_queries()
+    cur = await conn.execute(
+        q["update_schedule"], rows.schedule_update_params(row, expected_revision)
+    )
+    if cur.rowcount == 1:
+        return
+    cur = await conn.execute(q["select_schedule_revision"], {"schedule_id": row.schedule_id})
+    found = await cur.fetchone()
+    if found is None:
+        raise rows.schedule_not_found(row.schedule_id)
+    raise rows.schedule_revision_conflict(row, expected_revision, int(found[0]))
 
 
 def _settle(group: list[_Append], error: StoreUnavailable | None) -> None:

@@ -30,7 +30,7 @@ state (blocked, fail closed), and everything else loads.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 import msgspec
 
@@ -135,6 +135,74 @@ class DeploymentRow(msgspec.Struct, frozen=True, kw_only=True):
     """Raised by one on every save, starting at 1."""
     updated_at: float
     """When this revision was stored (POSIX seconds)."""
+
+
+RUN_LIVE_STATUSES: Final = ("admitted", "running", "interrupted")
+"""Run statuses that are not final (:meth:`Store.live_runs` returns these)."""
+
+
+class RunRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored workflow run (its body is the runtime's, opaque to the store)."""
+
+    run_id: str
+    """``run-000001`` style: ``run-`` and ``seq`` zero-padded to at least six digits."""
+    seq: int
+    """The run's number; assigned by :meth:`Store.insert_run`, never reused."""
+    deployment_id: str
+    """The deployment it runs."""
+    tenant: str
+    """Owning tenant (for listing by tenant)."""
+    status: str
+    """Run status (``admitted``, ``running``, ``interrupted``, ``completed``, ...)."""
+    schedule_id: str | None
+    """The schedule that admitted it, or ``None`` for a manual run."""
+    body: bytes
+    """The run document's canonical JSON."""
+    revision: int
+    """Raised by one on every update, starting at 1."""
+    created_at: float
+    """When the run was admitted (POSIX seconds)."""
+    updated_at: float
+    """When this revision was stored (POSIX seconds)."""
+
+
+class ScheduleRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored deployment schedule (its body is the schedules layer's, opaque here)."""
+
+    schedule_id: str
+    """Caller-chosen id; never reused (a deleted schedule keeps its row)."""
+    tenant: str
+    """Owning tenant."""
+    deployment_id: str
+    """The deployment its occurrences run."""
+    status: str
+    """``active``, ``paused`` or ``deleted``."""
+    body: bytes
+    """The schedule document's canonical JSON."""
+    revision: int
+    """Raised by one on every change, starting at 1."""
+    created_at: float
+    """When it was created (POSIX seconds)."""
+    updated_at: float
+    """When this revision was stored."""
+
+
+class OccurrenceRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One recorded occurrence: ``(schedule_id, instant)`` is unique."""
+
+    schedule_id: str
+    """Its schedule."""
+    instant: float
+    """The resolved UTC instant (POSIX seconds)."""
+    status: str
+    """``admitted``, ``coalesced``, ``superseded``, ``skipped-overlap``,
+    ``skipped-misfire`` or ``preflight-rejected``."""
+    run_id: str | None = None
+    """The run it admitted (``admitted`` only; filled in by the store)."""
+    detail: str | None = None
+    """Why it was not admitted, for people."""
+    recorded_at: float = 0.0
+    """When it was recorded."""
 
 
 class Store(Protocol):
@@ -249,4 +317,100 @@ class Store(Protocol):
 
     async def list_deployments(self) -> list[DeploymentRow]:
         """Every deployment, by id."""
+        ...
+
+    # -- runs (docs/workflows.md) ----------------------------------------------
+
+    async def insert_run(self, row: RunRow) -> RunRow:
+        """Store a new run; returns it with its assigned ``seq`` and ``run_id``.
+
+        ``row.seq`` and ``row.run_id`` are ignored: the store takes the next
+        number from a durable counter in the same transaction as the insert, so
+        stored runs never share a number and a number once stored is never handed
+        out again (an insert that fails rolls the counter back with it, so no one
+        ever saw that number).
+        The stored row has ``revision`` 1.
+        """
+        ...
+
+    async def update_run(self, row: RunRow, *, expected_revision: int) -> None:
+        """Store a run's next revision under optimistic concurrency.
+
+        ``row.revision`` must be ``expected_revision + 1``
+        (:class:`~wf.errors.InvalidArgument` otherwise). If the stored revision
+        differs raises :class:`~wf.errors.Conflict` (``current_revision`` in its
+        details); an unknown run raises :class:`~wf.errors.NotFound`. Nothing
+        changes in either case.
+        """
+        ...
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        """One run, or ``None``."""
+        ...
+
+    async def list_runs(
+        self,
+        *,
+        after_seq: int = 0,
+        limit: int = 100,
+        deployment_id: str | None = None,
+        schedule_id: str | None = None,
+        statuses: Sequence[str] | None = None,
+        tenants: Sequence[str] | None = None,
+    ) -> list[RunRow]:
+        """Up to ``limit`` runs with ``seq > after_seq``, oldest first, filtered by
+        every given criterion (``None``: no filter)."""
+        ...
+
+    async def live_runs(self) -> list[RunRow]:
+        """Every run whose status is in :data:`RUN_LIVE_STATUSES`, oldest first."""
+        ...
+
+    # -- deployment schedules (docs/schedules.md) -------------------------------
+
+    async def put_schedule(self, row: ScheduleRow, *, expected_revision: int) -> None:
+        """Create (``expected_revision`` 0) or update a schedule under optimistic
+        concurrency; ``row.revision`` must be ``expected_revision + 1``.
+
+        Creating an id that exists (deleted ones included: ids are never reused)
+        raises :class:`~wf.errors.AlreadyExists`; a stale revision raises
+        :class:`~wf.errors.Conflict` with ``current_revision``; updating an unknown
+        id raises :class:`~wf.errors.NotFound`. Nothing changes in those cases.
+        """
+        ...
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRow | None:
+        """One schedule (deleted ones included), or ``None``."""
+        ...
+
+    async def list_schedules(self, *, include_deleted: bool = False) -> list[ScheduleRow]:
+        """Every schedule by id (deleted ones only when asked)."""
+        ...
+
+    async def record_occurrences(
+        self,
+        schedule: ScheduleRow,
+        *,
+        expected_revision: int,
+        occurrences: Sequence[OccurrenceRow],
+        run: RunRow | None = None,
+    ) -> RunRow | None:
+        """Record occurrences and (optionally) admit one run, in ONE transaction.
+
+        The schedule is updated to ``schedule.revision`` (which must be
+        ``expected_revision + 1``; stale: :class:`~wf.errors.Conflict`), every
+        occurrence is inserted (an ``(schedule_id, instant)`` that exists:
+        :class:`~wf.errors.AlreadyExists`), and if ``run`` is given it is inserted
+        as by :meth:`insert_run` and its assigned ``run_id`` is set on the one
+        occurrence whose status is ``admitted`` (exactly one must be; otherwise
+        :class:`~wf.errors.InvalidArgument`). On any error nothing is stored.
+        Returns the stored run, or ``None``.
+        """
+        ...
+
+    async def list_occurrences(
+        self, schedule_id: str, *, after_instant: float | None = None, limit: int = 100
+    ) -> list[OccurrenceRow]:
+        """Up to ``limit`` occurrences of a schedule with ``instant > after_instant``,
+        oldest first."""
         ...

@@ -28,7 +28,7 @@ stored. Appends of one batch are not retried one by one, because a later
 append is computed from core state that includes the earlier ones; storing
 it without them would write contradictions.
 
-*Catalog writes* (artifacts, deployments) go through the same writer
+*Catalog writes* (artifacts, deployments, runs, schedules) go through the same writer
 thread as their own short ``BEGIN IMMEDIATE`` transaction, queued between
 group commits; they neither wait for nor set the append fence, because no
 core record is computed from them.
@@ -77,7 +77,10 @@ from wf.store.protocol import (
     ArtifactRow,
     DeploymentRow,
     Diagnostic,
+    OccurrenceRow,
     OwnerInfo,
+    RunRow,
+    ScheduleRow,
     StoredCron,
     StoredState,
     StoredWorker,
@@ -555,6 +558,158 @@ class SQLiteStore:
         result: list[DeploymentRow] = await self._reading(run)
         return result
 
+    # ------------------------------------------------------------------ runs
+
+    async def insert_run(self, row: RunRow) -> RunRow:
+        """Store a new run under the next ``run_seq`` number (see the protocol)."""
+        stored: RunRow = await self._write_tx(lambda conn: _insert_run(conn, row))
+        return stored
+
+    async def update_run(self, row: RunRow, *, expected_revision: int) -> None:
+        """Store a run's next revision if it is still at ``expected_revision``."""
+        rows.check_run_revision(row, expected_revision)
+        q = codec.queries()
+        params = rows.run_update_params(row, expected_revision)
+
+        def run(conn: sqlite3.Connection) -> None:
+            if conn.execute(q["update_run"], params).rowcount == 1:
+                return
+            found = conn.execute(q["select_run_revision"], {"run_id": row.run_id}).fetchone()
+            if found is None:
+                raise rows.run_not_found(row.run_id)
+            raise rows.run_revision_conflict(row, expected_revision, found[0])
+
+        await self._write_tx(run)
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        """One run, or ``None``."""
+        q = codec.queries()
+
+        def run(conn: sqlite3.Connection) -> RunRow | None:
+            found = conn.execute(q["select_run"], {"run_id": run_id}).fetchone()
+            return None if found is None else rows.run_from_row(found)
+
+        result: RunRow | None = await self._reading(run)
+        return result
+
+    async def list_runs(
+        self,
+        *,
+        after_seq: int = 0,
+        limit: int = 100,
+        deployment_id: str | None = None,
+        schedule_id: str | None = None,
+        statuses: Sequence[str] | None = None,
+        tenants: Sequence[str] | None = None,
+    ) -> list[RunRow]:
+        """Up to ``limit`` runs after ``after_seq`` matching every filter, oldest first."""
+        query = rows.list_runs_query(
+            postgres=False,
+            after_seq=after_seq,
+            limit=limit,
+            deployment_id=deployment_id,
+            schedule_id=schedule_id,
+            statuses=statuses,
+            tenants=tenants,
+        )
+        if query is None:
+            return []
+        sql, params = query
+
+        def run(conn: sqlite3.Connection) -> list[RunRow]:
+            return [rows.run_from_row(r) for r in conn.execute(sql, params)]
+
+        result: list[RunRow] = await self._reading(run)
+        return result
+
+    async def live_runs(self) -> list[RunRow]:
+        """Every run whose status is live, oldest first."""
+        q = codec.queries()
+
+        def run(conn: sqlite3.Connection) -> list[RunRow]:
+            return [rows.run_from_row(r) for r in conn.execute(q["select_live_runs"])]
+
+        result: list[RunRow] = await self._reading(run)
+        return result
+
+    # ------------------------------------------------------------- schedules
+
+    async def put_schedule(self, row: ScheduleRow, *, expected_revision: int) -> None:
+        """Create (``expected_revision`` 0) or update a schedule under optimistic
+        concurrency (see the protocol)."""
+        rows.check_schedule_revision(row, expected_revision)
+
+        def run(conn: sqlite3.Connection) -> None:
+            if expected_revision == 0:
+                params = rows.schedule_params(row)
+                if conn.execute(codec.queries()["insert_schedule"], params).rowcount != 1:
+                    raise rows.schedule_exists(row.schedule_id)
+                return
+            _update_schedule(conn, row, expected_revision)
+
+        await self._write_tx(run)
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRow | None:
+        """One schedule (deleted ones included), or ``None``."""
+        q = codec.queries()
+
+        def run(conn: sqlite3.Connection) -> ScheduleRow | None:
+            found = conn.execute(q["select_schedule"], {"schedule_id": schedule_id}).fetchone()
+            return None if found is None else rows.schedule_from_row(found)
+
+        result: ScheduleRow | None = await self._reading(run)
+        return result
+
+    async def list_schedules(self, *, include_deleted: bool = False) -> list[ScheduleRow]:
+        """Every schedule by id (deleted ones only when asked)."""
+        sql = codec.queries()["select_all_schedules" if include_deleted else "select_schedules"]
+
+        def run(conn: sqlite3.Connection) -> list[ScheduleRow]:
+            return [rows.schedule_from_row(r) for r in conn.execute(sql)]
+
+        result: list[ScheduleRow] = await self._reading(run)
+        return result
+
+    async def record_occurrences(
+        self,
+        schedule: ScheduleRow,
+        *,
+        expected_revision: int,
+        occurrences: Sequence[OccurrenceRow],
+        run: RunRow | None = None,
+    ) -> RunRow | None:
+        """Update the schedule, insert the occurrences and (optionally) the run, in one
+        transaction (see the protocol)."""
+        to_insert = rows.check_occurrences(schedule, expected_revision, occurrences, run)
+        q = codec.queries()
+
+        def record(conn: sqlite3.Connection) -> RunRow | None:
+            _update_schedule(conn, schedule, expected_revision)
+            stored = None if to_insert is None else _insert_run(conn, to_insert)
+            for occurrence in occurrences:
+                params = rows.occurrence_params(occurrence, stored)
+                if conn.execute(q["insert_occurrence"], params).rowcount != 1:
+                    raise rows.occurrence_exists(occurrence)
+            return stored
+
+        result: RunRow | None = await self._write_tx(record)
+        return result
+
+    async def list_occurrences(
+        self, schedule_id: str, *, after_instant: float | None = None, limit: int = 100
+    ) -> list[OccurrenceRow]:
+        """Up to ``limit`` occurrences after ``after_instant``, oldest first."""
+        params = rows.occurrence_page_params(schedule_id, after_instant, limit)
+        q = codec.queries()
+
+        def run(conn: sqlite3.Connection) -> list[OccurrenceRow]:
+            return [
+                rows.occurrence_from_row(r) for r in conn.execute(q["select_occurrences"], params)
+            ]
+
+        result: list[OccurrenceRow] = await self._reading(run)
+        return result
+
     # ----------------------------------------------------------------- reads
 
     def _require_open(self) -> sqlite3.Connection:
@@ -675,6 +830,31 @@ def _run_call(conn: sqlite3.Connection, call: _Call) -> None:
         _deliver(call, None, StoreUnavailable(f"catalog write failed, nothing stored: {exc!r}"))
     else:
         _deliver(call, result, None)
+
+
+def _insert_run(conn: sqlite3.Connection, row: RunRow) -> RunRow:
+    """Number and insert a run inside the caller's write transaction (``insert_run``,
+    ``record_occurrences``): the counter moves with the insert or not at all."""
+    q = codec.queries()
+    found = conn.execute(q["next_run_seq"]).fetchone()
+    if found is None:
+        raise CorruptRecord("counter 'run_seq' is missing", table="counters", key="run_seq")
+    stored = rows.numbered_run(row, found[0])
+    conn.execute(q["insert_run"], rows.run_params(stored))
+    return stored
+
+
+def _update_schedule(conn: sqlite3.Connection, row: ScheduleRow, expected_revision: int) -> None:
+    """A schedule's compare-and-set update inside the caller's write transaction; why
+    it matched nothing is NotFound or Conflict."""
+    q = codec.queries()
+    params = rows.schedule_update_params(row, expected_revision)
+    if conn.execute(q["update_schedule"], params).rowcount == 1:
+        return
+    found = conn.execute(q["select_schedule_revision"], {"schedule_id": row.schedule_id}).fetchone()
+    if found is None:
+        raise rows.schedule_not_found(row.schedule_id)
+    raise rows.schedule_revision_conflict(row, expected_revision, found[0])
 
 
 def _settle(batch: list[_Pending], failure: str | None) -> None:

@@ -33,13 +33,13 @@ UPDATE activities SET
 WHERE activity_id = :activity_id;
 
 -- name: insert_transition
--- Append one Transition record to the audit history.
+-- Append one Transition record (with a completion's result) to the audit history.
 INSERT INTO transitions (
     activity_id, at, from_state, to_state, reason, attempt, failures, infra_requeues,
-    steals, token, worker_id, lease_expires_at, not_before, error
+    steals, token, worker_id, lease_expires_at, not_before, error, result
 ) VALUES (
     :activity_id, :at, :from_state, :to_state, :reason, :attempt, :failures, :infra_requeues,
-    :steals, :token, :worker_id, :lease_expires_at, :not_before, :error
+    :steals, :token, :worker_id, :lease_expires_at, :not_before, :error, :result
 );
 
 -- name: renew_lease
@@ -116,7 +116,7 @@ SELECT cron_id, expression, timezone, next_fire_at, template FROM crons ORDER BY
 -- name: select_history
 -- One activity's transitions, oldest first.
 SELECT activity_id, at, from_state, to_state, reason, attempt, failures, infra_requeues,
-       steals, token, worker_id, lease_expires_at, not_before, error
+       steals, token, worker_id, lease_expires_at, not_before, error, result
 FROM transitions WHERE activity_id = :activity_id ORDER BY id;
 
 -- name: check_orphan_transitions
@@ -154,7 +154,10 @@ SELECT 'token', (SELECT value FROM counters WHERE name = 'token'),
        (SELECT COALESCE(MAX(token), 0) FROM activities)
 UNION ALL
 SELECT 'worker_seq', (SELECT value FROM counters WHERE name = 'worker_seq'),
-       (SELECT COALESCE(MAX(seq), 0) FROM workers);
+       (SELECT COALESCE(MAX(seq), 0) FROM workers)
+UNION ALL
+SELECT 'run_seq', (SELECT value FROM counters WHERE name = 'run_seq'),
+       (SELECT COALESCE(MAX(seq), 0) FROM runs);
 
 -- name: check_lifecycle_without_lease
 -- Activities whose lease-driven columns moved although they were never leased (token 0).
@@ -208,3 +211,95 @@ WHERE deployment_id = :deployment_id;
 -- name: select_deployments
 -- Every deployment, by id.
 SELECT deployment_id, body, revision, updated_at FROM deployments ORDER BY deployment_id;
+
+-- name: next_run_seq
+-- Raise the run counter by one and return it (in insert_run's transaction).
+UPDATE counters SET value = value + 1 WHERE name = 'run_seq' RETURNING value;
+
+-- name: insert_run
+-- A new run at revision 1 (its seq and run_id come from next_run_seq).
+INSERT INTO runs (
+    run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,
+    created_at, updated_at
+) VALUES (
+    :run_id, :seq, :deployment_id, :tenant, :status, :schedule_id, :body, 1,
+    :created_at, :updated_at
+);
+
+-- name: update_run
+-- A run's next revision, only if it is still at the expected one (the rest is immutable).
+UPDATE runs SET status = :status, body = :body, revision = :revision, updated_at = :updated_at
+WHERE run_id = :run_id AND revision = :expected_revision;
+
+-- name: select_run_revision
+-- A run's stored revision (why an update_run matched nothing).
+SELECT revision FROM runs WHERE run_id = :run_id;
+
+-- name: select_run
+-- One run.
+SELECT run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,
+       created_at, updated_at
+FROM runs WHERE run_id = :run_id;
+
+-- name: select_runs
+-- A page of runs after a seq, oldest first; list_runs puts its filters (fixed column
+-- tests, values bound as parameters) in place of the marker.
+SELECT run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,
+       created_at, updated_at
+FROM runs WHERE seq > :after_seq /* filters */
+ORDER BY seq LIMIT :limit;
+
+-- name: select_live_runs
+-- Runs whose status is live (RUN_LIVE_STATUSES; the list matches the runs_live index).
+SELECT run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,
+       created_at, updated_at
+FROM runs WHERE status IN ('admitted', 'running', 'interrupted')
+ORDER BY seq;
+
+-- name: insert_schedule
+-- A schedule's first revision; an existing id (deleted ones too) is left untouched.
+INSERT INTO schedules (
+    schedule_id, tenant, deployment_id, status, body, revision, created_at, updated_at
+) VALUES (
+    :schedule_id, :tenant, :deployment_id, :status, :body, 1, :created_at, :updated_at
+)
+ON CONFLICT (schedule_id) DO NOTHING;
+
+-- name: update_schedule
+-- A schedule's next revision, only if it is still at the expected one (id, tenant,
+-- deployment and created_at are immutable).
+UPDATE schedules SET status = :status, body = :body, revision = :revision,
+    updated_at = :updated_at
+WHERE schedule_id = :schedule_id AND revision = :expected_revision;
+
+-- name: select_schedule_revision
+-- A schedule's stored revision (why an update_schedule matched nothing).
+SELECT revision FROM schedules WHERE schedule_id = :schedule_id;
+
+-- name: select_schedule
+-- One schedule (deleted ones included).
+SELECT schedule_id, tenant, deployment_id, status, body, revision, created_at, updated_at
+FROM schedules WHERE schedule_id = :schedule_id;
+
+-- name: select_schedules
+-- Every schedule that is not deleted, by id.
+SELECT schedule_id, tenant, deployment_id, status, body, revision, created_at, updated_at
+FROM schedules WHERE status IN ('active', 'paused')
+ORDER BY schedule_id;
+
+-- name: select_all_schedules
+-- Every schedule, deleted ones included, by id.
+SELECT schedule_id, tenant, deployment_id, status, body, revision, created_at, updated_at
+FROM schedules ORDER BY schedule_id;
+
+-- name: insert_occurrence
+-- One recorded occurrence; an existing (schedule_id, instant) is left untouched.
+INSERT INTO occurrences (schedule_id, instant, status, run_id, detail, recorded_at)
+VALUES (:schedule_id, :instant, :status, :run_id, :detail, :recorded_at)
+ON CONFLICT (schedule_id, instant) DO NOTHING;
+
+-- name: select_occurrences
+-- A page of a schedule's occurrences after an instant, oldest first.
+SELECT schedule_id, instant, status, run_id, detail, recorded_at
+FROM occurrences WHERE schedule_id = :schedule_id AND instant > :after_instant
+ORDER BY instant LIMIT :limit;

@@ -1,0 +1,679 @@
+"""The run engine: the asyncio shell that makes the DAG engine durable.
+
+Theory of operation
+-------------------
+:class:`RunEngine` owns the live runs of one server. Every change to a run
+follows one order: decide (:mod:`wf.runtime.dag`, pure), **store** the run
+(one ``update_run`` under its revision), then carry the effects out (submit
+activities to the :class:`~wf.node.SchedulerNode`, cancel activities, arm
+timers). A crash between the store and the effects leaves a run that says
+more than exists; recovery closes the gap, because every effect is
+idempotent by a deterministic id (``run-000001.<node>``).
+
+The engine learns of activity results from the node's committed outcomes (a
+listener): completions carry the result, failures carry the cause, and the
+scheduler's transitions to ``executing`` arm node timeouts. Events queue and
+one task applies them in order, each under the run's lock, so an API call
+(``resume_run``, ``cancel_run``) never interleaves with an event of the same
+run. The scheduler persists a completion's result with its transition, so an
+event lost to a crash is found again in the activity's history.
+
+Timers (timer nodes, run deadlines, node timeouts) sit in one heap. The
+background loop sleeps until the earliest or until an event arrives;
+:meth:`RunEngine.poll` does one pass at the clock's current instant, which is
+what tests on a virtual clock call.
+
+Recovery (:meth:`RunEngine.start`, after the node recovered): every live run
+is read back. Admitted manual runs begin; submitted nodes are matched with
+their activities: still live in the scheduler (leased to a remote worker that
+keeps going) → wait; finished → apply the stored outcome; never stored →
+submit. A non-idempotent activity that was executing in a process that died
+is failed by the scheduler itself (``may_have_executed``), and the run fails
+closed with that diagnosis. A resume mark without its answer is settled (see
+:meth:`RunEngine.resume_run`). Activities of runs that already stopped are
+withdrawn. A run whose record does not decode is reported in
+:attr:`RunEngine.diagnostics` and left alone (fail closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+from wf.clock import Clock, sleep_until
+from wf.errors import Conflict, CorruptRecord, InvalidArgument, NotFound, StoreUnavailable, WfError
+from wf.node import SchedulerNode
+from wf.runtime import dag
+from wf.runtime.artifacts import artifact_from_row
+from wf.runtime.plan import ActivityNode, Plan
+from wf.runtime.runs import (
+    NodeStatus,
+    ResumeMark,
+    Run,
+    RunError,
+    RunStatus,
+    node_of_activity,
+    run_from_row,
+    run_row,
+    run_seq,
+)
+from wf.runtime.schema import instance_problems
+from wf.scheduler import commands as cmd
+from wf.scheduler.model import ActivityState
+from wf.scheduler.outputs import ActivityCompleted, ActivityFailed, Outcome, Transition
+from wf.store.protocol import Diagnostic, RunRow, Store
+
+log = logging.getLogger("wf.runtime")
+
+WAKE_INTERVAL_MAX_S: Final = 1.0
+"""Longest the loop sleeps without looking at the clock."""
+TIMEOUT_ERROR_TYPE: Final = "ActivityTimeout"
+"""Error type of an attempt that outlived its node's ``timeout_s``."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class _Timer:
+    due: float
+    seq: int
+    kind: str  # "node" (timer node), "deadline" (run), "timeout" (activity attempt)
+    run_id: str
+    node_id: str = ""
+    token: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    kind: str  # "completed", "failed", "cancelled", "executing"
+    activity_id: str
+    at: float
+    result: bytes = b""
+    error: RunError | None = None
+    token: int = 0
+
+
+class RunEngine:
+    """Live runs over one store and scheduler node (see the module docstring)."""
+
+    def __init__(self, store: Store, node: SchedulerNode, clock: Clock) -> None:
+        self.store = store
+        self.node = node
+        self.clock = clock
+        self.diagnostics: list[Diagnostic] = []
+        """Runs left alone at recovery because their records are corrupt."""
+        self.listeners: list[Callable[[Run], None]] = []
+        """Called with a run after every stored change (schedules watch them)."""
+        self._live: dict[str, tuple[Run, Plan]] = {}
+        self._plans: dict[tuple[str, int], Plan] = {}
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._events: asyncio.Queue[_Event] = asyncio.Queue()
+        self._timers: list[_Timer] = []
+        self._timer_seq = 0
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        node.listeners.append(self._on_outcome)
+
+    # ----------------------------------------------------------- lifecycle
+
+    async def start(self, *, background: bool = True) -> None:
+        """Recover the live runs (the node must be started), then follow events."""
+        await self._recover()
+        if background:
+            self._task = asyncio.create_task(self._loop(), name="wf-run-engine")
+
+    async def stop(self) -> None:
+        """Stop following events (runs stay as stored; the next start recovers them)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
+
+    # ------------------------------------------------------------ reading
+
+    async def get(self, run_id: str) -> tuple[Run, Plan]:
+        """A run and its plan (live ones from memory); NotFound if there is none."""
+        held = self._live.get(run_id)
+        if held is not None:
+            return held
+        row = await self.store.get_run(run_id)
+        if row is None:
+            raise NotFound(f"run {run_id!r} does not exist", run_id=run_id)
+        run = run_from_row(row)
+        return run, await self.plan_of(run)
+
+    async def plan_of(self, run: Run) -> Plan:
+        """The run's pinned plan; CorruptRecord if the artifact no longer matches it."""
+        key = (run.artifact_id, run.artifact_version)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        row = await self.store.get_artifact(*key)
+        if row is None:
+            raise CorruptRecord(
+                f"run {run.run_id!r}: pinned artifact {key[0]} v{key[1]} is missing",
+                table="artifacts",
+                key=f"{key[0]}:{key[1]}",
+            )
+        artifact = artifact_from_row(row)
+        if artifact.content_hash != run.content_hash:
+            raise CorruptRecord(
+                f"run {run.run_id!r} pinned {run.content_hash}, artifact {key[0]} v{key[1]} "
+                f"holds {artifact.content_hash}",
+                table="artifacts",
+                key=f"{key[0]}:{key[1]}",
+            )
+        self._plans[key] = artifact.plan
+        return artifact.plan
+
+    # ------------------------------------------------------------ changes
+
+    async def admit(self, run: Run, plan: Plan) -> Run:
+        """Store a new admitted run (its id and number come from the store)."""
+        row = await self.store.insert_run(run_row(run, seq=0, updated_at=self.clock.now()))
+        return self.adopt(row, plan)
+
+    def adopt(self, row: RunRow, plan: Plan) -> Run:
+        """Take charge of a run just inserted (by :meth:`admit` or by a schedule's
+        admission transaction); its body's empty id is the row's."""
+        run = run_from_row(row)
+        self._plans.setdefault((run.artifact_id, run.artifact_version), plan)
+        if not run.final:
+            self._live[run.run_id] = (run, plan)
+        self._notify(run)
+        return run
+
+    async def begin(self, run_id: str) -> Run:
+        """Start an admitted run (Conflict if it is not admitted)."""
+        async with self._locks[run_id]:
+            run, plan = await self.get(run_id)
+            if run.status is not RunStatus.ADMITTED:
+                raise Conflict(
+                    f"run {run_id!r} is {run.status}, not admitted",
+                    run_id=run_id,
+                    status=run.status,
+                )
+            now = self.clock.now()
+            effects = dag.begin(run, plan, now)
+            if run.deadline is not None:
+                self._arm(_Timer(run.deadline, 0, "deadline", run_id))
+            await self._commit(run, plan, effects)
+            return run
+
+    async def resume_run(self, run_id: str, answer: Any, node_id: str | None) -> Run:
+        """Answer an interrupt node.
+
+        A resume first stores a :class:`~wf.runtime.runs.ResumeMark` (``started``),
+        then applies the validated answer and marks it ``applied`` in one write,
+        so the store always tells whether an answer took effect: a ``started``
+        mark on top of which nothing was written means it did not (recovery marks
+        it ``abandoned`` and the run stays resumable); anything else is
+        contradictory and fails the run closed (``resume_ambiguous``).
+        """
+        async with self._locks[run_id]:
+            run, plan = await self.get(run_id)
+            waiting = dag.awaiting(run, plan)
+            if run.final or not waiting:
+                raise Conflict(
+                    f"run {run_id!r} is {run.status} and awaits no input",
+                    run_id=run_id,
+                    status=run.status,
+                )
+            if node_id is None:
+                if len(waiting) > 1:
+                    raise InvalidArgument(
+                        f"run {run_id!r} awaits several interrupts; name one with node_id",
+                        field="node_id",
+                        awaiting=[n.id for n in waiting],
+                    )
+                target = waiting[0]
+            else:
+                found = [n for n in waiting if n.id == node_id]
+                if not found:
+                    raise InvalidArgument(
+                        f"node {node_id!r} of run {run_id!r} awaits no input",
+                        field="node_id",
+                        awaiting=[n.id for n in waiting],
+                    )
+                target = found[0]
+            now = self.clock.now()
+            mark = ResumeMark(
+                attempt=len(run.resumes) + 1, node=target.id, at=now, base_revision=run.revision
+            )
+            run.resumes.append(mark)
+            await self._save(run)
+            problems = instance_problems(target.input_schema, answer)
+            if problems:
+                mark.state = "rejected"
+                mark.finished_at = now
+                await self._save(run)
+                raise InvalidArgument(
+                    f"the answer to {target.id!r} does not match its input schema: "
+                    f"{'; '.join(problems)}",
+                    field="answer",
+                    node=target.id,
+                    problems=problems,
+                )
+            effects = dag.answered(run, plan, target.id, answer, now)
+            mark.state = "applied"
+            mark.finished_at = now
+            await self._commit(run, plan, effects)
+            return run
+
+    async def cancel_run(self, run_id: str, reason: str) -> Run:
+        """Cancel a run that has not stopped (a stopped one answers Conflict)."""
+        async with self._locks[run_id]:
+            run, plan = await self.get(run_id)
+            if run.final:
+                raise Conflict(
+                    f"run {run_id!r} already {run.status}", run_id=run_id, status=run.status
+                )
+            now = self.clock.now()
+            error = RunError(code="cancelled", message=reason or "cancelled")
+            effects = dag.stop(run, RunStatus.CANCELLED, error, now)
+            await self._commit(run, plan, effects)
+            return run
+
+    # ------------------------------------------------------------ internals
+
+    async def _save(self, run: Run) -> None:
+        """Store ``run`` as its next revision."""
+        run.revision += 1
+        try:
+            await self.store.update_run(
+                run_row(run, seq=run_seq(run.run_id), updated_at=self.clock.now()),
+                expected_revision=run.revision - 1,
+            )
+        except BaseException:
+            run.revision -= 1
+            self._live.pop(run.run_id, None)  # re-read from the store next time
+            raise
+
+    async def _commit(self, run: Run, plan: Plan, effects: dag.Effects) -> None:
+        """Store the run, then carry out ``effects`` (see the module docstring)."""
+        await self._save(run)
+        if run.final:
+            self._live.pop(run.run_id, None)
+        else:
+            self._live[run.run_id] = (run, plan)
+        self._notify(run)
+        await self._carry_out(run, plan, effects)
+
+    async def _carry_out(self, run: Run, plan: Plan, effects: dag.Effects) -> None:
+        for due, node_id in effects.timers:
+            self._arm(_Timer(due, 0, "node", run.run_id, node_id))
+        core = self.node.core
+        for activity_id in effects.cancel:
+            if activity_id in core.activities:
+                await self._cancel_activity(activity_id, f"run {run.run_id} {run.status}")
+        if not effects.submit:
+            return
+        fresh = [a for a in effects.submit if a.activity_id not in core.activities]
+        known = await self.store.existing_activity_ids([a.activity_id for a in fresh])
+        batch = tuple(a for a in fresh if a.activity_id not in known)
+        if not batch:
+            return
+        try:
+            await self.node.execute(lambda now: cmd.Submit(now=now, activities=batch))
+        except StoreUnavailable:
+            raise
+        except WfError as exc:
+            # The scheduler refused the activities (a tenant limit, an unknown
+            # policy group): the run cannot go on, and says why.
+            error = RunError(code="submit_refused", message=exc.message)
+            more = dag.stop(run, RunStatus.FAILED, error, self.clock.now())
+            await self._commit(run, plan, more)
+
+    def _notify(self, run: Run) -> None:
+        for listener in self.listeners:
+            listener(run)
+
+    def _arm(self, timer: _Timer) -> None:
+        self._timer_seq += 1
+        heapq.heappush(self._timers, _Timer(**{**_fields(timer), "seq": self._timer_seq}))
+        self._wake.set()
+
+    def _on_outcome(self, outcome: Outcome) -> None:
+        """Node listener: queue what concerns runs (called after each commit)."""
+        for d in outcome.decisions:
+            if type(d) is ActivityCompleted and node_of_activity(d.activity_id) is not None:
+                self._events.put_nowait(_Event("completed", d.activity_id, 0.0, result=d.result))
+            elif type(d) is ActivityFailed and node_of_activity(d.activity_id) is not None:
+                self._events.put_nowait(
+                    _Event("failed", d.activity_id, 0.0, error=_failure(d, d.activity_id))
+                )
+        for r in outcome.records:
+            if type(r) is not Transition:
+                continue
+            executing = r.to_state is ActivityState.EXECUTING
+            # Cancels the engine issued itself carry a "run ..." reason; others are news.
+            foreign_cancel = r.to_state is ActivityState.CANCELLED and not r.reason.startswith(
+                "run "
+            )
+            if (executing or foreign_cancel) and node_of_activity(r.activity_id) is not None:
+                kind = "executing" if executing else "cancelled"
+                self._events.put_nowait(_Event(kind, r.activity_id, r.at, token=r.token))
+        self._wake.set()
+
+    def idle(self) -> bool:
+        """Whether no event waits to be applied."""
+        return self._events.empty()
+
+    def next_timer_at(self) -> float | None:
+        """The earliest armed timer (timer node, run deadline, node timeout)."""
+        return self._timers[0].due if self._timers else None
+
+    async def poll(self) -> int:
+        """Apply every queued event and every timer due at the clock's instant.
+
+        Returns how many were applied. The background loop calls it; tests on a
+        virtual clock call it after advancing the clock.
+        """
+        done = 0
+        while not self._events.empty():
+            await self._apply_event(self._events.get_nowait())
+            done += 1
+        now = self.clock.now()
+        while self._timers and self._timers[0].due <= now:
+            await self._apply_timer(heapq.heappop(self._timers), now)
+            done += 1
+        return done
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.poll()
+            except StoreUnavailable:
+                log.exception("run engine: store unavailable; events wait for a restart")
+                return
+            except WfError:
+                log.exception("run engine: an event could not be applied")
+            if not self._events.empty():
+                continue
+            now = self.clock.now()
+            delay = WAKE_INTERVAL_MAX_S
+            if self._timers:
+                delay = max(0.0, min(self._timers[0].due - now, delay))
+            self._wake.clear()
+            if self._events.empty():
+                await sleep_until(self.clock, now + delay, self._wake)
+
+    async def _apply_event(self, event: _Event) -> None:
+        parsed = node_of_activity(event.activity_id)
+        if parsed is None:
+            return
+        run_id, node_id = parsed
+        async with self._locks[run_id]:
+            try:
+                run, plan = await self.get(run_id)
+            except NotFound:
+                return  # an activity someone else submitted under a run-like id
+            if run.final:
+                return
+            now = self.clock.now()
+            if event.kind != "executing":
+                state = run.nodes.get(node_id)
+                if state is None or state.status is not NodeStatus.SUBMITTED:
+                    return  # already applied (recovery found it first) or not ours
+            if event.kind == "executing":
+                node = _node(plan, node_id)
+                if node is not None and node.timeout_s is not None:
+                    due = event.at + node.timeout_s
+                    self._arm(_Timer(due, 0, "timeout", run_id, node_id, event.token))
+                return
+            if event.kind == "completed":
+                try:
+                    output = msgspec.json.decode(event.result) if event.result else None
+                except msgspec.DecodeError as exc:
+                    error = RunError(
+                        code="bad_result", message=f"result is not JSON: {exc}", node=node_id
+                    )
+                    effects = dag.activity_failed(run, node_id, error, now)
+                else:
+                    effects = dag.activity_completed(run, plan, node_id, output, now)
+            elif event.kind == "failed":
+                assert event.error is not None
+                effects = dag.activity_failed(run, node_id, event.error, now)
+            else:
+                error = RunError(
+                    code="activity_cancelled",
+                    message=f"activity {event.activity_id} was cancelled outside the run",
+                    node=node_id,
+                )
+                effects = dag.activity_failed(run, node_id, error, now)
+            await self._commit(run, plan, effects)
+
+    async def _apply_timer(self, timer: _Timer, now: float) -> None:
+        if timer.kind == "timeout":
+            await self._time_out(timer)
+            return
+        async with self._locks[timer.run_id]:
+            held = self._live.get(timer.run_id)
+            if held is None:
+                return
+            run, plan = held
+            if timer.kind == "deadline":
+                error = RunError(
+                    code="deadline_exceeded",
+                    message=f"the run's deadline passed at {timer.due:.3f}",
+                )
+                effects = dag.stop(run, RunStatus.FAILED, error, now)
+            else:
+                state = run.nodes.get(timer.node_id)
+                if state is None or state.status is not NodeStatus.WAITING:
+                    return
+                effects = dag.timer_fired(run, plan, timer.node_id, now)
+            await self._commit(run, plan, effects)
+
+    async def _time_out(self, timer: _Timer) -> None:
+        """An attempt outlived its node's timeout: fail that attempt (retried per policy)."""
+        activity_id = f"{timer.run_id}.{timer.node_id}"
+        a = self.node.core.activities.get(activity_id)
+        if a is None or a.state is not ActivityState.EXECUTING or a.token != timer.token:
+            return
+        with contextlib.suppress(Conflict, NotFound):
+            await self.node.execute(
+                lambda now: cmd.Fail(
+                    now=now,
+                    activity_id=activity_id,
+                    token=timer.token,
+                    error_type=TIMEOUT_ERROR_TYPE,
+                    message=f"attempt ran past the node's timeout ({timer.due:.3f})",
+                    retryable=True,
+                )
+            )
+
+    # ------------------------------------------------------------ recovery
+
+    async def _recover(self) -> None:
+        self.diagnostics = []
+        for row in await self.store.live_runs():
+            try:
+                run = run_from_row(row)
+                plan = await self.plan_of(run)
+            except CorruptRecord as exc:
+                self.diagnostics.append(
+                    Diagnostic(
+                        kind="corrupt_run",
+                        table="runs",
+                        key=row.run_id,
+                        message=f"{exc.message}; the run is left as stored (blocked)",
+                    )
+                )
+                log.error("run %s not recovered: %s", row.run_id, exc.message)
+                continue
+            async with self._locks[run.run_id]:
+                await self._recover_run(run, plan)
+        await self._withdraw_orphans()
+
+    async def _recover_run(self, run: Run, plan: Plan) -> None:
+        now = self.clock.now()
+        before = msgspec.json.encode(run)
+        effects = dag.Effects()
+        self._settle_marks(run, plan, now, effects)
+        if run.status is RunStatus.ADMITTED:
+            self._live[run.run_id] = (run, plan)
+            if run.trigger.kind == "manual":
+                effects.extend(dag.begin(run, plan, now))
+        elif not run.final:
+            for node_id, state in list(run.nodes.items()):
+                if state.status is NodeStatus.SUBMITTED:
+                    effects.extend(await self._reconcile(run, plan, node_id, now))
+                elif state.status is NodeStatus.WAITING and state.wake_at is not None:
+                    effects.timers.append((state.wake_at, node_id))
+            effects.extend(dag.advance(run, plan, now))
+        if run.deadline is not None and not run.final:
+            self._arm(_Timer(run.deadline, 0, "deadline", run.run_id))
+        if msgspec.json.encode(run) != before:
+            await self._commit(run, plan, effects)
+        else:
+            if not run.final:
+                self._live[run.run_id] = (run, plan)
+            await self._carry_out(run, plan, effects)
+
+    def _settle_marks(self, run: Run, plan: Plan, now: float, effects: dag.Effects) -> None:
+        for mark in run.resumes:
+            if mark.state != "started":
+                continue
+            state = run.nodes.get(mark.node)
+            unanswered = state is not None and state.status is NodeStatus.AWAITING_INPUT
+            if unanswered and run.revision == mark.base_revision + 1:
+                mark.state = "abandoned"
+                mark.finished_at = now
+                continue
+            mark.state = "ambiguous"
+            mark.finished_at = now
+            error = RunError(
+                code="resume_ambiguous",
+                message=f"resume attempt {mark.attempt} of node {mark.node!r} has no recorded "
+                "outcome but the run changed after it; failing closed rather than guessing",
+                node=mark.node,
+            )
+            effects.extend(dag.stop(run, RunStatus.FAILED, error, now))
+
+    async def _reconcile(self, run: Run, plan: Plan, node_id: str, now: float) -> dag.Effects:
+        """Match a submitted node with its activity after a restart."""
+        state = run.nodes[node_id]
+        activity_id = state.activity_id or f"{run.run_id}.{node_id}"
+        live = self.node.core.activities.get(activity_id)
+        if live is not None:
+            node = _node(plan, node_id)
+            if live.state is ActivityState.EXECUTING and node is not None and node.timeout_s:
+                # The attempt's start time died with the old process; give it a full period.
+                self._arm(
+                    _Timer(now + node.timeout_s, 0, "timeout", run.run_id, node_id, live.token)
+                )
+            return dag.Effects()
+        history = await self.store.history(activity_id)
+        if not history:
+            state.status = NodeStatus.PENDING  # never reached the scheduler: start it again
+            run.steps_used -= 1
+            return dag.Effects()
+        last = history[-1]
+        if last.to_state is ActivityState.COMPLETED:
+            try:
+                output = msgspec.json.decode(last.result) if last.result else None
+            except msgspec.DecodeError as exc:
+                error = RunError(
+                    code="bad_result", message=f"result is not JSON: {exc}", node=node_id
+                )
+                return dag.activity_failed(run, node_id, error, now)
+            return dag.activity_completed(run, plan, node_id, output, now)
+        if last.to_state is ActivityState.FAILED:
+            return dag.activity_failed(run, node_id, _stored_failure(last, node_id), now)
+        error = RunError(
+            code="activity_cancelled",
+            message=f"activity {activity_id} was cancelled outside the run",
+            node=node_id,
+        )
+        return dag.activity_failed(run, node_id, error, now)
+
+    async def _withdraw_orphans(self) -> None:
+        """Cancel scheduler activities of runs that already stopped."""
+        for activity_id in list(self.node.core.activities):
+            parsed = node_of_activity(activity_id)
+            if parsed is None or parsed[0] in self._live:
+                continue
+            row = await self.store.get_run(parsed[0])
+            if row is None or row.status not in {str(s) for s in RunStatus if _is_final(s)}:
+                continue
+            await self._cancel_activity(activity_id, f"run {parsed[0]} {row.status}")
+
+    async def _cancel_activity(self, activity_id: str, reason: str) -> None:
+        """Withdraw an activity (its reason starts with ``run ``: see ``_on_outcome``)."""
+
+        def make(now: float) -> cmd.Command:
+            return cmd.Cancel(now=now, activity_id=activity_id, reason=reason)
+
+        with contextlib.suppress(NotFound, Conflict):
+            await self.node.execute(make)
+
+
+def _is_final(status: RunStatus) -> bool:
+    return status in {
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.EXHAUSTED,
+        RunStatus.CANCELLED,
+    }
+
+
+def _fields(timer: _Timer) -> dict[str, Any]:
+    return {
+        "due": timer.due,
+        "seq": timer.seq,
+        "kind": timer.kind,
+        "run_id": timer.run_id,
+        "node_id": timer.node_id,
+        "token": timer.token,
+    }
+
+
+def _node(plan: Plan, node_id: str) -> ActivityNode | None:
+    for node in plan.nodes:
+        if node.id == node_id and isinstance(node, ActivityNode):
+            return node
+    return None
+
+
+def _lost(node: str | None, cause: str) -> RunError:
+    """A non-idempotent node whose execution died with its process (one wording whether
+    the engine hears of it live or reads it back from history after a restart)."""
+    return RunError(
+        code="may_have_executed",
+        message=f"{cause}; the process running it stopped mid-execution and the activity "
+        "is not idempotent, so it was not retried: external effects may already have "
+        "occurred",
+        node=node,
+        error_type="LeaseLost",
+        may_have_executed=True,
+    )
+
+
+def _failure(d: ActivityFailed, activity_id: str) -> RunError:
+    parsed = node_of_activity(activity_id)
+    node = parsed[1] if parsed else None
+    if d.may_have_executed:
+        return _lost(node, d.message)
+    return RunError(
+        code="activity_failed",
+        message=f"{d.error_type}: {d.message} ({d.reason}, attempt {d.attempt})",
+        node=node,
+        error_type=d.error_type,
+    )
+
+
+def _stored_failure(last: Transition, node_id: str) -> RunError:
+    if last.reason == "may_have_executed":
+        return _lost(node_id, last.error or "lease lost while executing")
+    return RunError(
+        code="activity_failed",
+        message=f"{last.error or last.reason} ({last.reason}, attempt {last.attempt})",
+        node=node_id,
+    )

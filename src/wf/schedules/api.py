@@ -1,0 +1,558 @@
+"""The schedule administration surface (``server.api.schedules``, ``workflow.schedules.*``).
+
+Theory of operation
+-------------------
+:class:`ScheduleAPI` validates completely before it writes, so a refused call
+changes nothing (004: "A bad edit is rejected without touching the running
+definition"). Every change to a schedule happens under that schedule's lock,
+which the admission service (:mod:`wf.schedules.service`) takes too, and is
+written under the schedule's revision, so an edit and an admission never
+interleave. Edits raise the revision and consume time up to now (the
+watermark moves to ``now``): they affect only future admissions. Pause,
+resume and delete are idempotent. Dropping a held ``misfire="latest"``
+candidate (pause, delete, an edit that leaves ``latest``) records it as
+``superseded`` in the same transaction.
+
+The API works whether or not the admission service runs (it is the store's
+face); when one runs it is told of every change and reconsiders the schedule
+at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import msgspec
+
+from wf.clock import Clock
+from wf.errors import Conflict, CorruptRecord, Forbidden, InvalidArgument, NotFound
+from wf.runtime.api import Scope, WorkflowAPI
+from wf.runtime.deployments import MAX_STEPS_MAX
+from wf.runtime.runs import Trigger as RunTrigger
+from wf.schedules.admission import Occurrence, drop_candidate
+from wf.schedules.model import (
+    CronTrigger,
+    OneShotTrigger,
+    Schedule,
+    check_schedule_id,
+    next_instant_after,
+    oneshot_instant,
+    parse_trigger,
+    schedule_from_row,
+    schedule_row,
+)
+from wf.store.protocol import OccurrenceRow, Store
+
+OCCURRENCES_LIMIT_MAX: Final = 100
+"""Largest occurrence page."""
+PREVIEW_MAX: Final = 100
+"""Most instants :meth:`ScheduleAPI.preview_schedule` returns."""
+NOTE_MAX: Final = 1_000
+"""Longest note or pause reason."""
+_UNSET: Final[Any] = None
+
+
+class ScheduleAPI:
+    """Create, read, edit, pause, resume and delete schedules; page occurrences."""
+
+    def __init__(self, store: Store, workflow: WorkflowAPI, clock: Clock) -> None:
+        self.store = store
+        self.workflow = workflow
+        self.clock = clock
+        self.locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        """Per-schedule locks shared with the admission service."""
+        self.listeners: list[Callable[[Schedule], None]] = []
+        """Told of every stored change (the admission service listens)."""
+
+    # ------------------------------------------------------------- create
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        deployment_id: str,
+        trigger: dict[str, Any] | OneShotTrigger | CronTrigger,
+        *,
+        caller: Scope,
+        inputs: dict[str, Any] | None = None,
+        overlap: str = "skip",
+        max_active_runs: int | None = None,
+        misfire: str = "skip",
+        max_steps: int | None = None,
+        note: str | None = None,
+    ) -> dict[str, Any]:
+        """Create a schedule (caller-chosen id, never reused); returns its definition.
+
+        Checks the id, the trigger (InvalidCronExpression, InvalidTimezone,
+        NaiveDatetime, a one-shot instant in the past), the deployment (NotFound,
+        Forbidden), the policies, and that a run admitted now would get valid
+        inputs (the deployment's defaults overlaid with ``inputs``, checked
+        against the pinned plan's input schema). AlreadyExists if the id was
+        ever used. Creation never backfills: the watermark starts now.
+        """
+        check_schedule_id(schedule_id)
+        now = self.clock.now()
+        schedule = Schedule(
+            schedule_id=schedule_id,
+            deployment_id=deployment_id,
+            tenant="",
+            trigger=parse_trigger(trigger),
+            inputs=_inputs(inputs),
+            overlap=_choice(overlap, ("skip", "parallel"), "overlap"),  # type: ignore[arg-type]
+            max_active_runs=max_active_runs,
+            misfire=_choice(misfire, ("skip", "latest"), "misfire"),  # type: ignore[arg-type]
+            max_steps=max_steps,
+            note=_note(note, "note"),
+            revision=1,
+            created_at=now,
+            updated_at=now,
+            watermark=now,
+        )
+        _check_policies(schedule)
+        if (
+            isinstance(schedule.trigger, OneShotTrigger)
+            and oneshot_instant(schedule.trigger) <= now
+        ):
+            raise InvalidArgument(
+                f"the one-shot instant {schedule.trigger.at} is not in the future; creation "
+                "never backfills, so it would never fire",
+                field="trigger.at",
+            )
+        schedule.tenant = await self._preflight(schedule, caller)
+        await self.store.put_schedule(schedule_row(schedule), expected_revision=0)
+        self._notify(schedule)
+        return schedule_view(schedule)
+
+    # --------------------------------------------------------------- read
+
+    async def get_schedule(self, schedule_id: str, *, caller: Scope) -> dict[str, Any]:
+        """The full definition, admission state and counters (deleted ones too)."""
+        return schedule_view(await self.load(schedule_id, caller))
+
+    async def list_schedules(
+        self, *, caller: Scope, include_deleted: bool = False
+    ) -> list[dict[str, Any]]:
+        """Every visible schedule by id; deleted ones only when asked."""
+        found: list[dict[str, Any]] = []
+        for row in await self.store.list_schedules(include_deleted=include_deleted):
+            if caller.tenants is not None and row.tenant not in caller.tenants:
+                continue
+            try:
+                found.append(schedule_view(schedule_from_row(row)))
+            except CorruptRecord as exc:
+                found.append({"schedule_id": row.schedule_id, "corrupt": exc.message})
+        return found
+
+    async def load(self, schedule_id: str, caller: Scope) -> Schedule:
+        """A schedule the caller may see (NotFound otherwise; CorruptRecord if unreadable)."""
+        row = await self.store.get_schedule(schedule_id)
+        if row is None or (caller.tenants is not None and row.tenant not in caller.tenants):
+            raise NotFound(f"schedule {schedule_id!r} does not exist", schedule_id=schedule_id)
+        return schedule_from_row(row)
+
+    # --------------------------------------------------------------- edit
+
+    async def update_schedule(
+        self,
+        schedule_id: str,
+        expected_revision: int,
+        *,
+        caller: Scope,
+        deployment_id: str | None = _UNSET,
+        trigger: dict[str, Any] | OneShotTrigger | CronTrigger | None = _UNSET,
+        inputs: dict[str, Any] | None = _UNSET,
+        overlap: str | None = _UNSET,
+        max_active_runs: int | None = _UNSET,
+        misfire: str | None = _UNSET,
+        max_steps: int | None = _UNSET,
+        note: str | None = _UNSET,
+    ) -> dict[str, Any]:
+        """Change the given fields (``None``: unchanged) at ``expected_revision``.
+
+        Everything is checked as on create before anything is written; a stale
+        revision is Conflict (with ``current_revision``). The edit affects only
+        future admissions: time up to now is consumed. A deleted schedule cannot
+        be edited (Conflict). ``max_steps`` cannot be cleared once set (004).
+        """
+        async with self.locks[schedule_id]:
+            current = await self.load(schedule_id, caller)
+            _require_tenant(caller, current.tenant)
+            if current.deleted:
+                raise Conflict(f"schedule {schedule_id!r} is deleted", schedule_id=schedule_id)
+            if expected_revision != current.revision:
+                raise Conflict(
+                    f"schedule {schedule_id!r} is at revision {current.revision}, not "
+                    f"{expected_revision}",
+                    schedule_id=schedule_id,
+                    current_revision=current.revision,
+                    expected_revision=expected_revision,
+                )
+            now = self.clock.now()
+            edited = msgspec.structs.replace(current)
+            if deployment_id is not None:
+                edited.deployment_id = deployment_id
+            if trigger is not None:
+                edited.trigger = parse_trigger(trigger)
+            if inputs is not None:
+                edited.inputs = _inputs(inputs)
+            if overlap is not None:
+                edited.overlap = _choice(overlap, ("skip", "parallel"), "overlap")  # type: ignore[assignment]
+                if overlap == "skip" and max_active_runs is None:
+                    edited.max_active_runs = None
+            if max_active_runs is not None:
+                edited.max_active_runs = max_active_runs
+            if misfire is not None:
+                edited.misfire = _choice(misfire, ("skip", "latest"), "misfire")  # type: ignore[assignment]
+            if max_steps is not None:
+                edited.max_steps = max_steps
+            if note is not None:
+                edited.note = _note(note, "note")
+            _check_policies(edited)
+            tenant = await self._preflight(edited, caller)
+            if tenant != current.tenant:
+                raise InvalidArgument(
+                    f"deployment {edited.deployment_id!r} belongs to tenant {tenant!r}; a "
+                    f"schedule stays with its tenant {current.tenant!r}",
+                    field="deployment_id",
+                )
+            if edited == current:
+                return schedule_view(current)  # nothing to change: no new revision
+            edited.revision += 1
+            edited.updated_at = now
+            edited.watermark = max(edited.watermark, now)
+            dropped = (
+                drop_candidate(edited, "dropped by an edit") if edited.misfire != "latest" else []
+            )
+            await self._write(edited, current.revision, dropped)
+            return schedule_view(edited)
+
+    async def pause_schedule(
+        self, schedule_id: str, *, caller: Scope, reason: str | None = None
+    ) -> dict[str, Any]:
+        """Stop future admission (an active run goes on); clears a held candidate.
+        Idempotent: pausing a paused schedule changes nothing."""
+        reason = _note(reason, "reason")
+        async with self.locks[schedule_id]:
+            current = await self.load(schedule_id, caller)
+            _require_tenant(caller, current.tenant)
+            if current.deleted:
+                raise Conflict(f"schedule {schedule_id!r} is deleted", schedule_id=schedule_id)
+            if current.paused:
+                return schedule_view(current)
+            now = self.clock.now()
+            paused = msgspec.structs.replace(
+                current,
+                paused=True,
+                paused_at=now,
+                pause_reason=reason,
+                revision=current.revision + 1,
+                updated_at=now,
+            )
+            await self._write(paused, current.revision, drop_candidate(paused, "dropped by pause"))
+            return schedule_view(paused)
+
+    async def resume_schedule(self, schedule_id: str, *, caller: Scope) -> dict[str, Any]:
+        """Allow admission again from the next future instant: the paused span is
+        consumed, never replayed. Idempotent."""
+        async with self.locks[schedule_id]:
+            current = await self.load(schedule_id, caller)
+            _require_tenant(caller, current.tenant)
+            if current.deleted:
+                raise Conflict(f"schedule {schedule_id!r} is deleted", schedule_id=schedule_id)
+            if not current.paused:
+                return schedule_view(current)
+            now = self.clock.now()
+            resumed = msgspec.structs.replace(
+                current,
+                paused=False,
+                paused_at=None,
+                pause_reason=None,
+                watermark=max(current.watermark, now),
+                revision=current.revision + 1,
+                updated_at=now,
+            )
+            await self._write(resumed, current.revision, [])
+            return schedule_view(resumed)
+
+    async def delete_schedule(self, schedule_id: str, *, caller: Scope) -> dict[str, Any]:
+        """Soft delete: no admission ever again; runs and occurrence history stay with
+        the schedule's identity, and the id is never reused. Idempotent."""
+        async with self.locks[schedule_id]:
+            current = await self.load(schedule_id, caller)
+            _require_tenant(caller, current.tenant)
+            if current.deleted:
+                return schedule_view(current)
+            now = self.clock.now()
+            deleted = msgspec.structs.replace(
+                current,
+                deleted=True,
+                deleted_at=now,
+                revision=current.revision + 1,
+                updated_at=now,
+            )
+            await self._write(
+                deleted, current.revision, drop_candidate(deleted, "dropped by delete")
+            )
+            return schedule_view(deleted)
+
+    # -------------------------------------------------------- occurrences
+
+    async def list_schedule_occurrences(
+        self,
+        schedule_id: str,
+        *,
+        caller: Scope,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """One page of occurrences, oldest first: ``{"occurrences": [...], "next_cursor"}``.
+
+        On the first page a held (unadmitted) candidate is synthesized as a
+        ``pending`` row at the top, within ``limit``; with ``limit=1`` the page
+        is that row alone and ``next_cursor`` is an opaque marker that resumes
+        the stored history from its first row. Admitted occurrences show their
+        run's status.
+        """
+        if not isinstance(limit, int) or not 1 <= limit <= OCCURRENCES_LIMIT_MAX:
+            raise InvalidArgument(
+                f"limit must be 1-{OCCURRENCES_LIMIT_MAX}", field="limit", limit=limit
+            )
+        schedule = await self.load(schedule_id, caller)
+        rows: list[dict[str, Any]] = []
+        after: float | None = None
+        if cursor is None:
+            if schedule.candidate is not None:
+                rows.append(_pending_view(schedule))
+        else:
+            after = _decode_cursor(cursor)
+        room = limit - len(rows)
+        if room == 0:
+            return {"occurrences": rows, "next_cursor": _encode_cursor(None)}
+        stored = await self.store.list_occurrences(schedule_id, after_instant=after, limit=room + 1)
+        for row in stored[:room]:
+            rows.append(await self._occurrence_view(row))
+        more = len(stored) > room
+        return {
+            "occurrences": rows,
+            "next_cursor": _encode_cursor(stored[room - 1].instant) if more else None,
+        }
+
+    async def preview_schedule(
+        self, schedule_id: str, *, caller: Scope, count: int = 5
+    ) -> list[dict[str, Any]]:
+        """The next ``count`` (1-100) instants the trigger yields after now (and after
+        the watermark), as UTC and as wall time in the schedule's zone. A preview
+        only: pause, overlap and misfire still apply when they come."""
+        if not isinstance(count, int) or not 1 <= count <= PREVIEW_MAX:
+            raise InvalidArgument(f"count must be 1-{PREVIEW_MAX}", field="count")
+        schedule = await self.load(schedule_id, caller)
+        found: list[dict[str, Any]] = []
+        t = next_instant_after(schedule.trigger, max(schedule.watermark, self.clock.now()))
+        while t is not None and len(found) < count:
+            found.append(instant_view(t, schedule))
+            t = next_instant_after(schedule.trigger, t)
+        return found
+
+    async def trigger_schedule(self, schedule_id: str, *, caller: Scope) -> dict[str, Any]:
+        """Start one manual run now through the schedule's bindings and budget.
+
+        It is not an occurrence: it records none, is not limited by overlap or
+        capacity, and does not count toward overlap (manual runs never do).
+        """
+        schedule = await self.load(schedule_id, caller)
+        _require_tenant(caller, schedule.tenant)
+        if schedule.deleted:
+            raise Conflict(f"schedule {schedule_id!r} is deleted", schedule_id=schedule_id)
+        run, plan = await self.workflow.prepare_run(
+            schedule.deployment_id,
+            schedule.inputs,
+            caller=caller,
+            max_steps=schedule.max_steps,
+            trigger=RunTrigger(kind="manual", schedule_id=None, occurrence=None),
+        )
+        engine = self.workflow.engine
+        engine.node.core.backpressure.admit_new_workflow(self.clock.now())
+        admitted = await engine.admit(run, plan)
+        started = await engine.begin(admitted.run_id)
+        view = await self.workflow.inspect_run(started.run_id, caller=caller)
+        view["triggered_from"] = schedule_id
+        return view
+
+    # ----------------------------------------------------------- internal
+
+    async def _preflight(self, schedule: Schedule, caller: Scope) -> str:
+        """Check deployment and inputs as an admission now would; returns the tenant."""
+        run, _ = await self.workflow.prepare_run(
+            schedule.deployment_id,
+            schedule.inputs,
+            caller=caller,
+            max_steps=schedule.max_steps,
+            trigger=RunTrigger(kind="schedule", schedule_id=schedule.schedule_id, occurrence=0.0),
+        )
+        _require_tenant(caller, run.tenant)
+        return run.tenant
+
+    async def _write(self, schedule: Schedule, base: int, dropped: list[Occurrence]) -> None:
+        row = schedule_row(schedule)
+        if dropped:
+            now = self.clock.now()
+            await self.store.record_occurrences(
+                row,
+                expected_revision=base,
+                occurrences=[occurrence_row(schedule.schedule_id, o, now) for o in dropped],
+            )
+        else:
+            await self.store.put_schedule(row, expected_revision=base)
+        self._notify(schedule)
+
+    def _notify(self, schedule: Schedule) -> None:
+        for listener in self.listeners:
+            listener(schedule)
+
+    async def _occurrence_view(self, row: OccurrenceRow) -> dict[str, Any]:
+        view: dict[str, Any] = {
+            "schedule_id": row.schedule_id,
+            "instant": _iso(row.instant),
+            "instant_s": row.instant,
+            "status": row.status,
+            "recorded_at": row.recorded_at,
+        }
+        if row.detail:
+            view["detail"] = row.detail
+        if row.run_id is not None:
+            view["run_id"] = row.run_id
+            try:
+                run, _ = await self.workflow.engine.get(row.run_id)
+                view["status"] = str(run.status)
+            except (NotFound, CorruptRecord) as exc:
+                view["status"] = "corrupt"
+                view["detail"] = exc.message
+        return view
+
+
+# ----------------------------------------------------------------- views
+
+
+def schedule_view(schedule: Schedule) -> dict[str, Any]:
+    """The JSON-ready definition, admission state and counters of a schedule."""
+    view: dict[str, Any] = msgspec.to_builtins(schedule)
+    view["status"] = schedule.status
+    view["next_instant"] = None
+    if not schedule.deleted and not schedule.paused:
+        t = next_instant_after(schedule.trigger, schedule.watermark)
+        view["next_instant"] = None if t is None else _iso(t)
+    if schedule.candidate is not None:
+        view["pending"] = _iso(schedule.candidate)
+    return view
+
+
+def instant_view(t: float, schedule: Schedule) -> dict[str, Any]:
+    """An instant as UTC and as wall time in the schedule's zone."""
+    zone = schedule.trigger.timezone if isinstance(schedule.trigger, CronTrigger) else "UTC"
+    from wf.scheduler.cron import resolve_zone
+
+    local = datetime.fromtimestamp(t, tz=UTC).astimezone(resolve_zone(zone))
+    return {"instant": _iso(t), "instant_s": t, "local": local.isoformat(), "timezone": zone}
+
+
+def occurrence_row(schedule_id: str, o: Occurrence, now: float) -> OccurrenceRow:
+    """The store row of a decided occurrence."""
+    return OccurrenceRow(
+        schedule_id=schedule_id,
+        instant=o.instant,
+        status=o.status,
+        detail=o.detail,
+        recorded_at=now,
+    )
+
+
+def _pending_view(schedule: Schedule) -> dict[str, Any]:
+    assert schedule.candidate is not None
+    return {
+        "schedule_id": schedule.schedule_id,
+        "instant": _iso(schedule.candidate),
+        "instant_s": schedule.candidate,
+        "status": "pending",
+        "held_since": schedule.candidate_since,
+        "detail": "held until overlap and capacity allow (misfire=latest)",
+    }
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).isoformat()
+
+
+_CURSOR_PREFIX: Final = b"occ:"
+_START: Final = b"start"
+
+
+def _encode_cursor(after: float | None) -> str:
+    """``None``: the marker that resumes the stored history from its first row."""
+    body = _START if after is None else repr(after).encode()
+    return base64.urlsafe_b64encode(_CURSOR_PREFIX + body).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: object) -> float | None:
+    try:
+        if not isinstance(cursor, str):
+            raise ValueError("not a string")
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        if not raw.startswith(_CURSOR_PREFIX):
+            raise ValueError("foreign cursor")
+        body = raw[len(_CURSOR_PREFIX) :]
+        return None if body == _START else float(body.decode())
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidArgument(
+            f"cursor {cursor!r} is not an occurrences cursor", field="cursor"
+        ) from None
+
+
+def _choice(value: object, allowed: tuple[str, ...], field: str) -> str:
+    if value not in allowed:
+        raise InvalidArgument(f"{field} must be one of {list(allowed)}, not {value!r}", field=field)
+    return str(value)
+
+
+def _inputs(value: object) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgument("inputs must be a JSON object", field="inputs")
+    return dict(value)
+
+
+def _note(value: object, field: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > NOTE_MAX:
+        raise InvalidArgument(
+            f"{field} must be a string of at most {NOTE_MAX} characters", field=field
+        )
+    return value
+
+
+def _check_policies(schedule: Schedule) -> None:
+    if schedule.overlap == "parallel":
+        n = schedule.max_active_runs
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InvalidArgument(
+                "overlap='parallel' requires a positive max_active_runs", field="max_active_runs"
+            )
+    elif schedule.max_active_runs is not None:
+        raise InvalidArgument(
+            "max_active_runs applies only to overlap='parallel'", field="max_active_runs"
+        )
+    m = schedule.max_steps
+    if m is not None and (
+        not isinstance(m, int) or isinstance(m, bool) or not 1 <= m <= MAX_STEPS_MAX
+    ):
+        raise InvalidArgument(f"max_steps must be 1-{MAX_STEPS_MAX}", field="max_steps")
+
+
+def _require_tenant(caller: Scope, tenant: str) -> None:
+    if caller.tenants is not None and tenant not in caller.tenants:
+        raise Forbidden(f"this credential may not act for tenant {tenant!r}", tenant=tenant)

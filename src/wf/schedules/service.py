@@ -1,0 +1,421 @@
+"""The admission service: turns due occurrences into runs, within execution slots.
+
+Theory of operation
+-------------------
+:class:`ScheduleService` is opt-in (``server.scheduler.enabled``, or
+:func:`build_scheduler_service` for a local server) and lives in the server
+process that owns the store, so the store's ownership lock
+(``<store_root>/scheduler.lock``, or PostgreSQL's advisory lock) is also what
+makes it the only one: a second server over the same store is refused before
+its service could start.
+
+**Admission.** Each schedule has one entry in a heap keyed by the next instant
+it needs attention (:func:`~wf.schedules.admission.next_wake`). The loop
+sleeps until the earliest entry (a timer, not a poll: the sleep ends at the
+instant; ``poll_interval_s`` only bounds how long it sleeps without looking),
+then for each due schedule, under the schedule's lock, asks
+:func:`~wf.schedules.admission.next_step` for steps and stores each in one
+transaction (:meth:`~wf.store.protocol.Store.record_occurrences`): the
+occurrences, the schedule's new watermark and counters, and the admitted run.
+A schedule is also reconsidered at once when it changes or when one of its
+runs finishes (a held candidate may go, overlap may have room).
+
+**Execution slots.** ``max_concurrent_runs`` bounds scheduled runs in status
+``running`` plus scheduled resumes in progress. An admitted run waits in
+``admitted`` (it counts for overlap) until a slot is free; runs begin in
+admission order. Interrupted runs hold no slot; resuming one
+(:meth:`ScheduleService.resume_gate`) takes a slot first and is refused with
+:class:`~wf.errors.Overloaded` while all are taken, or
+:class:`~wf.errors.Draining` while draining. Manual runs bypass all of it.
+
+**Shutdown** (:meth:`ScheduleService.stop`): admission stops first; then
+scheduled resumes are refused and the service waits up to ``drain_grace_s``
+for running scheduled runs to finish; a resume still in progress at the
+deadline is cancelled and joined (its resume mark stays for the next start's
+recovery to settle). Whatever else is running keeps its stored state: the
+run engine's recovery at the next start handles it truthfully.
+
+**Fail closed.** A schedule whose record, or one of whose runs' records, does
+not decode is *blocked*: no admission, and its overlap is never cleared by
+guessing; :attr:`ScheduleService.blocked` and ``get_schedule`` say why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from wf.clock import Clock, sleep_until
+from wf.errors import Conflict, CorruptRecord, Draining, NotFound, Overloaded, WfError
+from wf.runtime.engine import RunEngine
+from wf.runtime.runs import Run, RunStatus, run_from_row, run_row
+from wf.runtime.runs import Trigger as RunTrigger
+from wf.schedules.admission import Occurrence, Step, next_step, next_wake
+from wf.schedules.api import ScheduleAPI, occurrence_row
+from wf.schedules.config import ScheduleServiceConfig
+from wf.schedules.model import Schedule, schedule_from_row, schedule_row
+
+log = logging.getLogger("wf.schedules")
+
+LATENESS_SAMPLES_MAX: Final = 10_000
+"""Admission lateness samples kept for the metrics and the benchmark."""
+
+
+@dataclass(frozen=True, slots=True)
+class _System:
+    """The service acts for every tenant."""
+
+    tenants: frozenset[str] | None = None
+
+
+_SYSTEM: Final = _System()
+
+
+class ScheduleService:
+    """Admission and execution slots for deployment schedules (see the module docstring)."""
+
+    def __init__(
+        self,
+        api: ScheduleAPI,
+        engine: RunEngine,
+        config: ScheduleServiceConfig,
+        clock: Clock | None = None,
+    ) -> None:
+        self.api = api
+        self.engine = engine
+        self.config = config
+        self.clock: Clock = clock or api.clock
+        self.state = "stopped"
+        """``stopped``, ``running`` or ``draining``."""
+        self.blocked: dict[str, str] = {}
+        """Schedules refused admission because their records are corrupt, and why."""
+        self.lateness_s: deque[float] = deque(maxlen=LATENESS_SAMPLES_MAX)
+        """Admission lateness (admission instant minus occurrence instant) samples."""
+        self.admitted_total = 0
+        """Occurrences admitted since start."""
+        self.skipped: defaultdict[tuple[str, str], int] = defaultdict(int)
+        """``(schedule_id, reason)`` → occurrences skipped (``overlap``, ``misfire``)."""
+        self._unfinished: defaultdict[str, dict[str, RunStatus]] = defaultdict(dict)
+        self._waiting: dict[str, str] = {}  # run_id -> schedule_id, in admission order
+        self._running: set[str] = set()
+        self._resuming: set[asyncio.Task[Any]] = set()
+        self._heap: list[tuple[float, str]] = []
+        self._wake_at: dict[str, float] = {}
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._heard: set[str] | None = None
+
+    # ----------------------------------------------------------- lifecycle
+
+    async def start(self, *, background: bool = True) -> None:
+        """Load schedules and unfinished scheduled runs, then admit (in the background)."""
+        if self.state != "stopped":
+            raise Conflict(f"the schedule service is {self.state}")
+        self.blocked.clear()
+        # Listen before loading: a run that changes while we read is then known from
+        # its event, which is newer than what the load returns.
+        self._heard = set()
+        self.engine.listeners.append(self._on_run)
+        self.api.listeners.append(self._on_schedule)
+        for row in await self.api.store.live_runs():
+            if row.schedule_id is None or row.run_id in self._heard:
+                continue
+            try:
+                run = run_from_row(row)
+            except CorruptRecord as exc:
+                self.blocked[row.schedule_id] = f"run {row.run_id}: {exc.message}"
+                continue
+            self._track(run)
+        self._heard = None
+        for stored in await self.api.store.list_schedules():
+            try:
+                schedule = schedule_from_row(stored)
+            except CorruptRecord as exc:
+                self.blocked[stored.schedule_id] = exc.message
+                continue
+            self._plan_wake(schedule)
+            self._dirty.add(schedule.schedule_id)
+        for schedule_id, why in self.blocked.items():
+            log.error("schedule %s blocked: %s", schedule_id, why)
+        self.engine_gate_install()
+        self.state = "running"
+        if background:
+            self._task = asyncio.create_task(self._loop(), name="wf-schedule-service")
+
+    def engine_gate_install(self) -> None:
+        """Route resumes of scheduled runs through :meth:`resume_gate`."""
+        self.api.workflow.resume_gate = self.resume_gate
+
+    async def stop(self) -> None:
+        """Stop admitting, drain within ``drain_grace_s``, then let go (see module doc)."""
+        if self.state == "stopped":
+            return
+        self.state = "draining"
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
+        deadline = self.clock.now() + self.config.drain_grace_s
+        while (self._running or self._resuming) and self.clock.now() < deadline:
+            self._changed.clear()
+            await sleep_until(self.clock, deadline, self._changed)
+        for resume in list(self._resuming):
+            resume.cancel()
+        if self._resuming:
+            await asyncio.wait(set(self._resuming))
+        if self._running:
+            log.warning(
+                "schedule service stopped with %d scheduled run(s) still running; the next "
+                "start's recovery takes them over",
+                len(self._running),
+            )
+        with contextlib.suppress(ValueError):
+            self.engine.listeners.remove(self._on_run)
+        with contextlib.suppress(ValueError):
+            self.api.listeners.remove(self._on_schedule)
+        if self.api.workflow.resume_gate == self.resume_gate:
+            self.api.workflow.resume_gate = None
+        self.state = "stopped"
+
+    # --------------------------------------------------------------- loop
+
+    async def _loop(self) -> None:
+        while self.state == "running":
+            try:
+                await self.tick()
+            except WfError:
+                log.exception("schedule service: a tick failed; retrying after the poll interval")
+            now = self.clock.now()
+            until = now + self.config.poll_interval_s
+            if self._heap:
+                until = min(until, self._heap[0][0])
+            if self._dirty or self._startable():
+                continue
+            self._wake.clear()
+            await sleep_until(self.clock, until, self._wake)
+
+    def pending_work(self) -> bool:
+        """Whether a schedule waits to be reconsidered or a run to be started now."""
+        return bool(self._dirty) or self._startable()
+
+    def next_wake_at(self) -> float | None:
+        """The earliest instant a schedule needs attention (for time-skipping tests)."""
+        return self._heap[0][0] if self._heap else None
+
+    async def tick(self, now: float | None = None) -> int:
+        """Admit everything due at ``now`` (default: the clock), then start waiting runs
+        while slots allow. Returns how many occurrences were recorded."""
+        if self.state != "running":
+            return 0
+        now = self.clock.now() if now is None else now
+        due = set(self._dirty)
+        self._dirty.clear()
+        while self._heap and self._heap[0][0] <= now:
+            wake, schedule_id = heapq.heappop(self._heap)
+            if self._wake_at.get(schedule_id) == wake:
+                del self._wake_at[schedule_id]
+                due.add(schedule_id)
+        recorded = 0
+        for schedule_id in sorted(due):
+            recorded += await self._admit(schedule_id, now)
+        await self._dispatch()
+        return recorded
+
+    # ---------------------------------------------------------- admission
+
+    async def _admit(self, schedule_id: str, now: float) -> int:
+        recorded = 0
+        async with self.api.locks[schedule_id]:
+            row = await self.api.store.get_schedule(schedule_id)
+            if row is None:
+                return 0
+            try:
+                schedule = schedule_from_row(row)
+            except CorruptRecord as exc:
+                self.blocked[schedule_id] = exc.message
+                log.error("schedule %s blocked: %s", schedule_id, exc.message)
+                return 0
+            if schedule.deleted or schedule.paused or schedule_id in self.blocked:
+                return 0
+            while self.state == "running":
+                base = schedule.revision
+                step = next_step(
+                    schedule,
+                    now,
+                    unfinished=len(self._unfinished[schedule_id]),
+                    allowance_s=self.config.misfire_lateness_s,
+                )
+                if step is None:
+                    break
+                schedule.revision = base + 1
+                schedule.updated_at = now
+                await self._store_step(schedule, base, step, now)
+                recorded += len(step.record)
+                if step.admit is None:
+                    break
+            self._plan_wake(schedule)
+        return recorded
+
+    async def _store_step(self, schedule: Schedule, base: int, step: Step, now: float) -> None:
+        run = plan = None
+        record = list(step.record)
+        if step.admit is not None:
+            try:
+                run, plan = await self.api.workflow.prepare_run(
+                    schedule.deployment_id,
+                    schedule.inputs,
+                    caller=_SYSTEM,
+                    max_steps=schedule.max_steps,
+                    trigger=RunTrigger(
+                        kind="schedule", schedule_id=schedule.schedule_id, occurrence=step.admit
+                    ),
+                )
+                self.engine.node.core.backpressure.admit_new_workflow(now)
+            except (WfError, Overloaded) as exc:
+                record = [
+                    Occurrence(o.instant, "preflight-rejected", f"{exc.code}: {exc.message}")
+                    if o.status == "admitted"
+                    else o
+                    for o in record
+                ]
+                run = plan = None
+        stored = await self.api.store.record_occurrences(
+            schedule_row(schedule),
+            expected_revision=base,
+            occurrences=[occurrence_row(schedule.schedule_id, o, now) for o in record],
+            run=None if run is None else run_row(run, seq=0, updated_at=now),
+        )
+        for o in record:
+            if o.status == "skipped-overlap":
+                self.skipped[(schedule.schedule_id, "overlap")] += 1
+            elif o.status == "skipped-misfire":
+                self.skipped[(schedule.schedule_id, "misfire")] += 1
+        if stored is not None and plan is not None and step.admit is not None:
+            self.admitted_total += 1
+            self.lateness_s.append(max(0.0, now - step.admit))
+            self.engine.adopt(stored, plan)
+
+    def _plan_wake(self, schedule: Schedule) -> None:
+        sid = schedule.schedule_id
+        self._wake_at.pop(sid, None)
+        if schedule.deleted or schedule.paused:
+            return
+        wake = next_wake(schedule)
+        if wake is not None:
+            self._wake_at[sid] = wake
+            heapq.heappush(self._heap, (wake, sid))
+            if len(self._heap) > 2 * len(self._wake_at) + 64:
+                self._heap = [(w, s) for s, w in self._wake_at.items()]
+                heapq.heapify(self._heap)
+
+    # ------------------------------------------------------------- slots
+
+    def _startable(self) -> bool:
+        return (
+            self.state == "running"
+            and bool(self._waiting)
+            and len(self._running) + len(self._resuming) < self.config.max_concurrent_runs
+        )
+
+    async def _dispatch(self) -> None:
+        while self._startable():
+            run_id = next(iter(self._waiting))
+            self._waiting.pop(run_id)
+            with contextlib.suppress(Conflict, NotFound):
+                await self.engine.begin(run_id)
+
+    @contextlib.asynccontextmanager
+    async def resume_gate(self, run: Run) -> AsyncIterator[None]:
+        """Hold an execution slot for a scheduled run's resume (see the module docstring)."""
+        if run.trigger.kind != "schedule":
+            yield
+            return
+        if self.state != "running":
+            raise Draining(
+                "the server is draining: scheduled resumes are refused until it restarts",
+                run_id=run.run_id,
+            )
+        if len(self._running) + len(self._resuming) >= self.config.max_concurrent_runs:
+            raise Overloaded(
+                f"all {self.config.max_concurrent_runs} execution slots are taken; resume later",
+                retry_after_s=self.config.poll_interval_s,
+                run_id=run.run_id,
+            )
+        task = asyncio.current_task()
+        assert task is not None
+        self._resuming.add(task)
+        try:
+            yield
+        finally:
+            self._resuming.discard(task)
+            self._changed.set()
+            self._wake.set()
+
+    # ---------------------------------------------------------- listeners
+
+    def _track(self, run: Run) -> None:
+        schedule_id = run.trigger.schedule_id
+        if run.trigger.kind != "schedule" or schedule_id is None:
+            return
+        unfinished = self._unfinished[schedule_id]
+        if run.final:
+            unfinished.pop(run.run_id, None)
+            self._dirty.add(schedule_id)  # overlap may have room for a held candidate
+        else:
+            unfinished[run.run_id] = run.status
+        if run.status is RunStatus.ADMITTED:
+            self._waiting.setdefault(run.run_id, schedule_id)
+        else:
+            self._waiting.pop(run.run_id, None)
+        if run.status is RunStatus.RUNNING:
+            self._running.add(run.run_id)
+        else:
+            self._running.discard(run.run_id)
+
+    def _on_run(self, run: Run) -> None:
+        if self._heard is not None:
+            self._heard.add(run.run_id)
+        self._track(run)
+        self._changed.set()
+        self._wake.set()
+
+    def _on_schedule(self, schedule: Schedule) -> None:
+        self._plan_wake(schedule)
+        self._dirty.add(schedule.schedule_id)
+        self._wake.set()
+
+    # ------------------------------------------------------------ reading
+
+    def unfinished_runs(self, schedule_id: str) -> int:
+        """Admitted, running and interrupted runs of a schedule (its overlap count)."""
+        return len(self._unfinished.get(schedule_id, {}))
+
+    def slots_in_use(self) -> int:
+        """Execution slots taken (running scheduled runs plus resumes in progress)."""
+        return len(self._running) + len(self._resuming)
+
+
+def build_scheduler_service(
+    server: Any, config: ScheduleServiceConfig | None = None, *, clock: Clock | None = None
+) -> ScheduleService:
+    """The admission service of ``server`` (a :class:`~wf.server.app.WfServer` or a local
+    server), not started yet. ``config`` defaults to the server's ``server.scheduler``."""
+    wf_server = getattr(server, "server", server)
+    api = wf_server.schedules
+    if api is None:
+        raise Conflict("this server was built without deployment schedules (schedules=True)")
+    settings = config or wf_server.config.server.scheduler
+    return ScheduleService(api, wf_server.engine, settings, clock=clock)
+
+
+SchedulerServiceConfig = ScheduleServiceConfig
+"""004's name for the service settings (:class:`wf.server.config.ScheduleServiceConfig`)."""
