@@ -118,6 +118,7 @@ class RunEngine:
         self._timer_seq = 0
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._polling = asyncio.Lock()
         node.listeners.append(self._on_outcome)
 
     # ----------------------------------------------------------- lifecycle
@@ -362,8 +363,8 @@ class RunEngine:
         self._wake.set()
 
     def idle(self) -> bool:
-        """Whether no event waits to be applied."""
-        return self._events.empty()
+        """Whether no event waits to be applied and none is being applied."""
+        return self._events.empty() and not self._polling.locked()
 
     def next_timer_at(self) -> float | None:
         """The earliest armed timer (timer node, run deadline, node timeout)."""
@@ -375,15 +376,17 @@ class RunEngine:
         Returns how many were applied. The background loop calls it; tests on a
         virtual clock call it after advancing the clock.
         """
-        done = 0
-        while not self._events.empty():
-            await self._apply_event(self._events.get_nowait())
-            done += 1
-        now = self.clock.now()
-        while self._timers and self._timers[0].due <= now:
-            await self._apply_timer(heapq.heappop(self._timers), now)
-            done += 1
-        return done
+        # One pass at a time: the loop and a test's explicit poll never interleave.
+        async with self._polling:
+            done = 0
+            while not self._events.empty():
+                await self._apply_event(self._events.get_nowait())
+                done += 1
+            now = self.clock.now()
+            while self._timers and self._timers[0].due <= now:
+                await self._apply_timer(heapq.heappop(self._timers), now)
+                done += 1
+            return done
 
     async def _loop(self) -> None:
         while True:

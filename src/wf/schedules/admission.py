@@ -136,12 +136,19 @@ def _latest(schedule: Schedule, now: float, unfinished: int) -> Step | None:
         schedule.candidate = newest
         schedule.candidate_since = now
         schedule.watermark = newest
-    if schedule.candidate is not None and overlap_room(schedule, unfinished) > 0:
+    # A long catch-up arrives in chunks: admit only once the newest due instant is known.
+    more = bool(due) and len(due) == CATCHUP_MAX and _due_after(schedule, due[-1], now)
+    if not more and schedule.candidate is not None and overlap_room(schedule, unfinished) > 0:
         step.record.append(Occurrence(schedule.candidate, "admitted"))
         step.admit = schedule.candidate
         schedule.candidate = None
         schedule.candidate_since = None
     return step if step.record or due else None
+
+
+def _due_after(schedule: Schedule, t: float, now: float) -> bool:
+    following = next_instant_after(schedule.trigger, t)
+    return following is not None and following <= now
 
 
 def drop_candidate(schedule: Schedule, why: str) -> list[Occurrence]:

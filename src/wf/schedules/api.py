@@ -113,15 +113,7 @@ class ScheduleAPI:
             watermark=now,
         )
         _check_policies(schedule)
-        if (
-            isinstance(schedule.trigger, OneShotTrigger)
-            and oneshot_instant(schedule.trigger) <= now
-        ):
-            raise InvalidArgument(
-                f"the one-shot instant {schedule.trigger.at} is not in the future; creation "
-                "never backfills, so it would never fire",
-                field="trigger.at",
-            )
+        _check_future(schedule, now)
         schedule.tenant = await self._preflight(schedule, caller)
         await self.store.put_schedule(schedule_row(schedule), expected_revision=0)
         self._notify(schedule)
@@ -197,6 +189,7 @@ class ScheduleAPI:
                 edited.deployment_id = deployment_id
             if trigger is not None:
                 edited.trigger = parse_trigger(trigger)
+                _check_future(edited, now)
             if inputs is not None:
                 edited.inputs = _inputs(inputs)
             if overlap is not None:
@@ -533,6 +526,17 @@ def _note(value: object, field: str) -> str | None:
             f"{field} must be a string of at most {NOTE_MAX} characters", field=field
         )
     return value
+
+
+def _check_future(schedule: Schedule, now: float) -> None:
+    """A one-shot instant must lie ahead: time up to now is consumed, so it would never fire."""
+    trigger = schedule.trigger
+    if isinstance(trigger, OneShotTrigger) and oneshot_instant(trigger) <= now:
+        raise InvalidArgument(
+            f"the one-shot instant {trigger.at} is not in the future; time up to now is "
+            "consumed (no backfill), so it would never fire",
+            field="trigger.at",
+        )
 
 
 def _check_policies(schedule: Schedule) -> None:

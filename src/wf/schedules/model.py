@@ -49,18 +49,32 @@ STORED_OCCURRENCE_STATUSES: Final = (
 )
 """What the store records about an occurrence."""
 CATCHUP_MAX: Final = 1_000
-"""Most missed cron instants recorded one by one after a downtime; older ones are
-summarised in one ``skipped-misfire`` row (``detail`` gives the count)."""
+"""Most due instants one admission step handles (one transaction); a longer catch-up
+takes several steps."""
 
 
-class OneShotTrigger(msgspec.Struct, frozen=True, kw_only=True, tag="oneshot", tag_field="kind"):
+class OneShotTrigger(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag="oneshot",
+    tag_field="kind",
+    forbid_unknown_fields=True,
+):
     """Fire once at ``at`` (ISO 8601 with an offset; naive times are refused)."""
 
     at: str
     """The instant as written (its offset kept)."""
 
 
-class CronTrigger(msgspec.Struct, frozen=True, kw_only=True, tag="cron", tag_field="kind"):
+class CronTrigger(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag="cron",
+    tag_field="kind",
+    forbid_unknown_fields=True,
+):
     """Fire at every instant of a five-field cron expression in an IANA zone."""
 
     expression: str

@@ -260,8 +260,6 @@ class ScheduleService:
                 schedule.updated_at = now
                 await self._store_step(schedule, base, step, now)
                 recorded += len(step.record)
-                if step.admit is None:
-                    break
             self._plan_wake(schedule)
         return recorded
 
