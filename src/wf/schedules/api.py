@@ -171,10 +171,7 @@ class ScheduleAPI:
         be edited (Conflict). ``max_steps`` cannot be cleared once set (004).
         """
         async with self.locks[schedule_id]:
-            current = await self.load(schedule_id, caller)
-            _require_tenant(caller, current.tenant)
-            if current.deleted:
-                raise Conflict(f"schedule {schedule_id!r} is deleted", schedule_id=schedule_id)
+            current = await self._editable(schedule_id, caller)
             if expected_revision != current.revision:
                 raise Conflict(
                     f"schedule {schedule_id!r} is at revision {current.revision}, not "
@@ -230,10 +227,7 @@ class ScheduleAPI:
         Idempotent: pausing a paused schedule changes nothing."""
         reason = _note(reason, "reason")
         async with self.locks[schedule_id]:
-            current = await self.load(schedule_id, caller)
-            _require_tenant(caller, current.tenant)
-            if current.deleted:
-                raise Conflict(f"schedule {schedule_id!r} is deleted", schedule_id=schedule_id)
+            current = await self._editable(schedule_id, caller)
             if current.paused:
                 return schedule_view(current)
             now = self.clock.now()
@@ -252,10 +246,7 @@ class ScheduleAPI:
         """Allow admission again from the next future instant: the paused span is
         consumed, never replayed. Idempotent."""
         async with self.locks[schedule_id]:
-            current = await self.load(schedule_id, caller)
-            _require_tenant(caller, current.tenant)
-            if current.deleted:
-                raise Conflict(f"schedule {schedule_id!r} is deleted", schedule_id=schedule_id)
+            current = await self._editable(schedule_id, caller)
             if not current.paused:
                 return schedule_view(current)
             now = self.clock.now()
@@ -376,6 +367,14 @@ class ScheduleAPI:
         return view
 
     # ----------------------------------------------------------- internal
+
+    async def _editable(self, schedule_id: str, caller: Scope) -> Schedule:
+        """A schedule the caller may change (Forbidden: another tenant; Conflict: deleted)."""
+        current = await self.load(schedule_id, caller)
+        _require_tenant(caller, current.tenant)
+        if current.deleted:
+            raise Conflict(f"schedule {schedule_id!r} is deleted", schedule_id=schedule_id)
+        return current
 
     async def _preflight(self, schedule: Schedule, caller: Scope) -> str:
         """Check deployment and inputs as an admission now would; returns the tenant."""

@@ -278,7 +278,7 @@ class ScheduleService:
                     ),
                 )
                 self.engine.node.core.backpressure.admit_new_workflow(now)
-            except (WfError, Overloaded) as exc:
+            except WfError as exc:  # Overloaded (backpressure) included
                 record = [
                     Occurrence(o.instant, "preflight-rejected", f"{exc.code}: {exc.message}")
                     if o.status == "admitted"
