@@ -1,4 +1,4 @@
-"""``wf demo``: the README's main job, persisted in a store folder."""
+"""``wf demo``: the scheduler core simulated over a day, persisted in a store folder."""
 
 from __future__ import annotations
 

@@ -245,7 +245,10 @@ class LocalStaticServer:
             self._tasks.append(asyncio.create_task(worker.run(), name=f"wf-local-worker-{index}"))
 
     async def stop(self) -> None:
-        """Drain the workers, then the server."""
+        """Drain scheduled runs while the workers can still finish them, then the
+        workers, then the server."""
+        if self.server.schedule_service is not None:
+            await self.server.schedule_service.stop()
         for worker in self.workers:
             await worker.shutdown()
         for task in self._tasks:

@@ -1,10 +1,24 @@
 """``wf-rpc-server``: run a wf server process.
 
 ``wf-rpc-server --store-root DIR [--config FILE] [--enable-scheduler]
-[--host H] [--port P] [--postgres DSN]``; command-line flags override the
-file. SIGTERM and SIGINT drain (stop listening, finish requests in flight,
-flush the store, release ownership). ``wf-rpc-server hash-token TOKEN``
-prints the hash to put in a credential.
+[--workers N] [--sample] [--host H] [--port P] [--postgres DSN]``;
+command-line flags override the file. SIGTERM and SIGINT drain (stop
+admitting scheduled runs and let them finish, stop the in-process workers,
+stop listening, finish requests in flight, flush the store, release
+ownership). ``wf-rpc-server hash-token TOKEN`` prints the hash to put in a
+credential.
+
+``--workers N`` runs N in-process workers serving
+:data:`wf.activities.BUILTIN_ACTIVITIES` over loopback, with the same
+machinery as the local/static server (:class:`~wf.server.local.LocalStaticServer`):
+they start once the server listens and are drained before it stops.
+``--sample`` installs the sample of :mod:`wf.server.sample` (a workflow with a
+cron schedule and a one-shot a few seconds ahead) and logs a line per
+admitted and finished run; it implies ``--enable-scheduler`` and, unless
+given, ``--workers 2``.
+
+Standard output carries one JSON object per event (``listening``, ``sample``,
+``stopped``); logs go to standard error.
 """
 
 from __future__ import annotations
@@ -20,11 +34,20 @@ from pathlib import Path
 
 import msgspec
 
-from wf.errors import WfError
-from wf.server.app import WfServer
+from wf.activities import BUILTIN_ACTIVITIES
+from wf.errors import InvalidArgument, WfError
 from wf.server.auth import hash_token
-from wf.server.config import ServerConfig, load_config
+from wf.server.config import ServerConfig, ServerSection, load_config
+from wf.server.local import LocalStaticServer
 from wf.server.logs import configure_logging
+from wf.server.sample import RunProgressLogger, SampleReport, install_sample
+
+SAMPLE_WORKERS = 2
+"""In-process workers ``--sample`` runs unless ``--workers`` says otherwise."""
+WORKER_CONCURRENCY = 4
+"""Activities each in-process worker runs at once."""
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "0.0.0.0"})
+"""Listen addresses the in-process workers reach at ``127.0.0.1``."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +57,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, help="JSON configuration file")
     parser.add_argument(
         "--enable-scheduler", action="store_true", help="enable deployment schedules (004)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="in-process workers running the built-in activities over loopback "
+        "(default 0; 2 with --sample)",
+    )
+    parser.add_argument(
+        "--sample",
+        action="store_true",
+        help="install a sample scheduled workflow (a run within seconds, then every "
+        "minute); implies --enable-scheduler and --workers 2",
     )
     parser.add_argument("--host", help="listen address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="listen port (default 8765; 0 picks one)")
@@ -54,7 +90,7 @@ def apply_flags(config: ServerConfig, args: argparse.Namespace) -> ServerConfig:
     if args.postgres_schema is not None:
         store = msgspec.structs.replace(store, postgres_schema=args.postgres_schema)
     scheduler = server.scheduler
-    if args.enable_scheduler:
+    if args.enable_scheduler or args.sample:
         scheduler = msgspec.structs.replace(scheduler, enabled=True)
     server = msgspec.structs.replace(
         server,
@@ -66,10 +102,42 @@ def apply_flags(config: ServerConfig, args: argparse.Namespace) -> ServerConfig:
     return msgspec.structs.replace(config, server=server)
 
 
-async def serve(config: ServerConfig) -> None:
+def worker_count(config: ServerConfig, args: argparse.Namespace) -> int:
+    """How many in-process workers to run; InvalidArgument if they could not work."""
+    workers: int = args.workers if args.workers is not None else 0
+    if args.workers is None and args.sample:
+        workers = SAMPLE_WORKERS
+    if workers < 0:
+        raise InvalidArgument("--workers must be >= 0", field="workers")
+    if workers == 0:
+        return 0
+    section = config.server
+    security = section.security
+    if security.tls is not None or security.required or security.credentials:
+        raise InvalidArgument(
+            "in-process workers (--workers, --sample) reach the server over plain loopback "
+            "HTTP without a credential: not with TLS or authentication; run `wf worker` "
+            "processes instead (docs/server.md)",
+            field="workers",
+        )
+    if section.host not in LOOPBACK_HOSTS:
+        raise InvalidArgument(
+            f"in-process workers reach the server at 127.0.0.1; listen address "
+            f"{section.host!r} is not reachable there (use --host 127.0.0.1)",
+            field="workers",
+        )
+    return workers
+
+
+async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False) -> None:
     """Run until SIGTERM/SIGINT, then drain."""
-    server = WfServer(config)
-    await server.start()
+    local = LocalStaticServer(
+        config, BUILTIN_ACTIVITIES, workers=workers, max_concurrency=WORKER_CONCURRENCY
+    )
+    server = local.server
+    if sample:
+        server.engine.listeners.append(RunProgressLogger())
+    await local.start()
     report = server.recovery
     print(
         json.dumps(
@@ -79,6 +147,8 @@ async def serve(config: ServerConfig) -> None:
                 "port": server.port,
                 "tls": config.server.security.tls is not None,
                 "recovery": msgspec.to_builtins(report) if report is not None else None,
+                "workers": workers,
+                "scheduler": server.schedule_service is not None,
             }
         ),
         flush=True,
@@ -88,10 +158,44 @@ async def serve(config: ServerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
+        if sample:
+            installed = await install_sample(server)
+            print(json.dumps({"event": "sample", **installed.to_dict()}), flush=True)
+            print(sample_hint(installed, server.port, workers), file=sys.stderr, flush=True)
         await stop.wait()
     finally:
-        await server.stop()
+        # Scheduled runs drain first, while the in-process workers can still finish
+        # them; then the workers drain, then the server.
+        if server.schedule_service is not None:
+            await server.schedule_service.stop()
+        await local.stop()
         print(json.dumps({"event": "stopped"}), flush=True)
+
+
+def sample_hint(report: SampleReport, port: int | None, workers: int) -> str:
+    """What ``--sample`` did and the ``wf`` commands to watch it, for people."""
+    url = f"http://127.0.0.1:{port}"
+    # ``wf``'s commands default to the server's default address.
+    server = "" if port == ServerSection().port else f" --server {url}"
+    lines = [
+        f"wf-rpc-server: listening on {url} with the scheduler and {workers} in-process worker(s)",
+        f"wf-rpc-server: sample: created {', '.join(report.created) or 'nothing'}"
+        + (f"; already there: {', '.join(report.existing)}" if report.existing else ""),
+        f"wf-rpc-server: {report.oneshot_id} fires at {report.oneshot_at}"
+        + (f", {report.cron_id} every minute" if report.cron_id else ""),
+        "wf-rpc-server: watch it from another terminal:",
+        f"    uv run wf schedules occurrences {report.oneshot_id}{server}",
+        f"    uv run wf schedules list{server}",
+        f"    uv run wf runs list{server}",
+        f"    uv run wf runs inspect RUN_ID{server}   # a run id from the lists",
+        "wf-rpc-server: Ctrl-C (SIGINT) or SIGTERM drains and stops",
+    ]
+    if workers == 0:
+        lines.append(
+            "wf-rpc-server: no in-process workers: runs wait for a `wf worker --app "
+            "wf.activities:BUILTIN_ACTIVITIES`"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,13 +209,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         config = apply_flags(load_config(args.config), args)
+        workers = worker_count(config, args)
     except WfError as exc:
         print(f"wf-rpc-server: error: {exc.message}", file=sys.stderr)
         return 2
     configure_logging(config.server.observability)
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve(config))
+            asyncio.run(serve(config, workers=workers, sample=args.sample))
     except WfError as exc:
         print(f"wf-rpc-server: error: {exc.message}", file=sys.stderr)
         return 1
