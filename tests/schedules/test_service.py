@@ -1,6 +1,7 @@
 """The admission service on a virtual clock: occurrences, overlap, pause, delete, capacity.
 
-Every test runs a local server (SQLite, no in-process workers) and a
+Every test runs on both stores (SQLite, and PostgreSQL in a schema of its own)
+a local server (no in-process workers) and a
 :class:`~wf.schedules.service.ScheduleService` on one
 :class:`~wf.testing.clock.VirtualClock`, the service started with
 ``background=False``: time moves only when a test moves it, and admission
@@ -25,6 +26,7 @@ import pytest
 
 from wf.errors import Draining, Overloaded
 from wf.schedules import SchedulerServiceConfig, ScheduleService, build_scheduler_service
+from wf.server.config import ServerConfig, ServerSection, StoreConfig
 from wf.server.local import LocalStaticServer, build_local_static_workflow_server
 from wf.testing.clock import VirtualClock
 
@@ -98,8 +100,9 @@ class Node:
 async def node(
     root: Path, clock: VirtualClock, config: SchedulerServiceConfig | None = None
 ) -> AsyncIterator[Node]:
-    """A server (SQLite at ``root``) and a foreground service, stopped on exit."""
-    server = build_local_static_workflow_server(root, activities=[], schedules=True, clock=clock)
+    """A server (SQLite at ``root``, or this test's PostgreSQL schema) and a foreground
+    service, stopped on exit."""
+    server = _build(root, clock)
     await server.start()
     # The test drives the run engine with poll() after moving the clock; its
     # background loop would apply the same timers concurrently (a race with tick).
@@ -112,6 +115,29 @@ async def node(
     finally:
         await stop_service(n.service, clock)
         await server.stop()
+
+
+_POSTGRES: dict[str, str] = {}
+"""``dsn`` and ``schema`` while a PostgreSQL-backed test runs (set by ``store_backend``)."""
+
+
+def _build(root: Path, clock: VirtualClock) -> LocalStaticServer:
+    if not _POSTGRES:
+        return build_local_static_workflow_server(root, activities=[], schedules=True, clock=clock)
+    store = StoreConfig(postgres_dsn=_POSTGRES["dsn"], postgres_schema=_POSTGRES["schema"])
+    config = ServerConfig(server=ServerSection(host="127.0.0.1", port=0, store=store))
+    return LocalStaticServer(config, [], workers=0, max_concurrency=1, schedules=True, clock=clock)
+
+
+@pytest.fixture(autouse=True, params=["sqlite", "postgres"])
+def store_backend(request: pytest.FixtureRequest) -> Any:
+    """Runs every test here on SQLite and on PostgreSQL (one schema per test, so a
+    restart within a test finds the same store)."""
+    if request.param == "postgres":
+        _POSTGRES["dsn"] = request.getfixturevalue("pg_dsn")
+        _POSTGRES["schema"] = request.getfixturevalue("pg_schema")
+    yield request.param
+    _POSTGRES.clear()
 
 
 async def stop_service(service: ScheduleService, clock: VirtualClock) -> None:
