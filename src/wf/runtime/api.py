@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from wf.clock import Clock
 from wf.errors import Conflict, CorruptRecord, Forbidden, InvalidArgument, NotFound, UnknownPolicy
@@ -43,6 +43,9 @@ from wf.runtime.schema import instance_problems
 from wf.runtime.trace import decode_cursor, encode_cursor, run_summary, run_view
 from wf.store import rows
 from wf.store.protocol import Store
+
+ARTIFACT_CACHE_MAX: Final = 1_024
+"""Verified artifact versions kept in memory (they never change once stored)."""
 
 
 class Scope(Protocol):
@@ -71,6 +74,7 @@ class WorkflowAPI:
         self.store = store
         self.clock = clock
         self._engine = engine
+        self._artifacts: dict[tuple[str, int], Artifact] = {}
         self.resume_gate: Callable[[Run], AbstractAsyncContextManager[None]] | None = None
         """Admission control for resumes (the schedule service takes an execution slot
         for a scheduled run's resume); ``None``: none."""
@@ -101,6 +105,9 @@ class WorkflowAPI:
         """One artifact version (``None``: the highest); NotFound if absent."""
         if version is not None:
             check_version(version)
+            cached = self._artifacts.get((artifact_id, version))
+            if cached is not None:
+                return cached
         row = await self.store.get_artifact(artifact_id, version)
         if row is None:
             which = "any version" if version is None else f"version {version}"
@@ -109,7 +116,11 @@ class WorkflowAPI:
                 artifact_id=artifact_id,
                 version=version,
             )
-        return artifact_from_row(row)
+        artifact = artifact_from_row(row)
+        if len(self._artifacts) < ARTIFACT_CACHE_MAX:
+            # Versions are immutable (content-hashed), so a verified one stays true.
+            self._artifacts[(artifact.artifact_id, artifact.version)] = artifact
+        return artifact
 
     async def list_artifacts(
         self, artifact_id: str | None = None, *, caller: Scope

@@ -299,7 +299,8 @@ class ScheduleService:
                 self.skipped[(schedule.schedule_id, "misfire")] += 1
         if stored is not None and plan is not None and step.admit is not None:
             self.admitted_total += 1
-            self.lateness_s.append(max(0.0, now - step.admit))
+            # Measured once the admission is durable, not from the tick's start.
+            self.lateness_s.append(max(0.0, self.clock.now() - step.admit))
             self.engine.adopt(stored, plan)
 
     def _plan_wake(self, schedule: Schedule) -> None:
@@ -406,13 +407,20 @@ def build_scheduler_service(
     server: Any, config: ScheduleServiceConfig | None = None, *, clock: Clock | None = None
 ) -> ScheduleService:
     """The admission service of ``server`` (a :class:`~wf.server.app.WfServer` or a local
-    server), not started yet. ``config`` defaults to the server's ``server.scheduler``."""
+    server), not started yet. ``config`` defaults to the server's ``server.scheduler``.
+
+    If the server has no service of its own it adopts this one: its metrics show it
+    and stopping the server stops (drains) it first."""
     wf_server = getattr(server, "server", server)
     api = wf_server.schedules
     if api is None:
         raise Conflict("this server was built without deployment schedules (schedules=True)")
     settings = config or wf_server.config.server.scheduler
-    return ScheduleService(api, wf_server.engine, settings, clock=clock)
+    service = ScheduleService(api, wf_server.engine, settings, clock=clock)
+    if wf_server.schedule_service is None:
+        # The server's metrics and its stop() (which drains it first) see this service.
+        wf_server.schedule_service = service
+    return service
 
 
 SchedulerServiceConfig = ScheduleServiceConfig

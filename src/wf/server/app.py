@@ -119,7 +119,7 @@ class WfServer:
         )
         self.dispatcher = Dispatcher(self.registry)
         # Observability (docs/observability.md): metrics, logs, optional traces.
-        self.metrics = ServerMetrics(self.node)
+        self.metrics = ServerMetrics(self.node, schedule_service=lambda: self.schedule_service)
         self.dispatcher.call_observers += [self.metrics.observe_call, RpcCallLogger()]
         self.node.listeners.append(OutcomeLogger(self.node))
         self.tracing = make_tracing(section.observability)

@@ -18,6 +18,17 @@ do not clash. Two kinds of series live in it:
 * **The shell's own observations**: the latency of every JSON-RPC call per
   method and the errors per method and code, fed by the dispatcher's
   call observers (:meth:`ServerMetrics.observe_call`).
+* **The deployment-schedule service's figures**, read at scrape time by
+  :class:`ScheduleCollector` from whatever service the server holds then
+  (``server.schedule_service``; nothing at all while it is ``None``): its
+  admission and skip counters, execution slots, blocked schedules, drain
+  state, and admission lateness. Lateness is a *summary* whose quantiles
+  are computed over the service's bounded window of recent samples (the
+  last :data:`~wf.schedules.service.LATENESS_SAMPLES_MAX` admissions). It has
+  no ``_count``/``_sum``: those must be cumulative and a window is not (the
+  cumulative count is ``wf_schedule_admitted_total``); a histogram rebuilt
+  from the window would have buckets that go down, which Prometheus would
+  read as counter resets.
 
 Scrapes run on the event loop, between commands, so they see the core in a
 consistent state without locks.
@@ -25,8 +36,9 @@ consistent state without locks.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Final
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import (
@@ -34,6 +46,7 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
+    SummaryMetricFamily,
 )
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
@@ -43,6 +56,9 @@ from wf.scheduler.backpressure import BackpressureLevel
 from wf.scheduler.metrics import LATENCY_BUCKETS_S, CoreMetrics
 from wf.scheduler.model import WorkerStatus
 from wf.server.rpc import Caller
+
+if TYPE_CHECKING:
+    from wf.schedules.service import ScheduleService
 
 RPC_LATENCY_BUCKETS_S: Final = (
     0.0005,
@@ -86,6 +102,11 @@ COUNTERS: Final = (
     ("backpressure_changes", "wf_backpressure_changes", "Backpressure level changes."),
 )
 """(CoreMetrics attribute, metric name without ``_total``, help) of each core counter."""
+
+LATENESS_QUANTILES: Final = (0.5, 0.9, 0.99, 1.0)
+"""Quantiles of ``wf_schedule_admission_lateness_seconds`` (1.0 is the window's maximum)."""
+SKIP_REASONS: Final = ("overlap", "misfire")
+"""The ``reason`` label values of ``wf_schedule_occurrences_skipped_total``."""
 
 
 class CoreCollector:
@@ -169,12 +190,101 @@ def _bound(value: float) -> str:
     return repr(float(value))
 
 
-class ServerMetrics:
-    """One server's registry: the core collector and the RPC series."""
+class ScheduleCollector:
+    """Reads the deployment-schedule service at scrape time (see the module docstring).
 
-    def __init__(self, node: SchedulerNode, *, process: bool = True) -> None:
+    ``service`` returns the server's current service, or ``None`` when it has
+    none (scheduling disabled): then no schedule family is exposed at all.
+    """
+
+    def __init__(self, service: Callable[[], ScheduleService | None]) -> None:
+        self.service = service
+
+    def describe(self) -> Iterator[Metric]:
+        """Nothing: the families exist only while there is a service to read."""
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        """Every schedule family, read now (none without a service)."""
+        service = self.service()
+        if service is None:
+            return
+        skipped = CounterMetricFamily(
+            "wf_schedule_occurrences_skipped",
+            "Occurrences skipped since the service started, per schedule and reason "
+            "(overlap: an unfinished run blocked it; misfire: later than the allowance).",
+            labels=["schedule", "reason"],
+        )
+        for (schedule_id, reason), count in sorted(service.skipped.items()):
+            skipped.add_metric([schedule_id, reason], count)
+        yield skipped
+        yield CounterMetricFamily(
+            "wf_schedule_admitted",
+            "Occurrences admitted as runs since the service started.",
+            value=service.admitted_total,
+        )
+        yield _lateness(list(service.lateness_s))
+        yield GaugeMetricFamily(
+            "wf_schedule_admission_lateness_window_samples",
+            "Admission lateness samples the quantiles are computed over (a bounded window).",
+            len(service.lateness_s),
+        )
+        yield GaugeMetricFamily(
+            "wf_schedule_execution_slots_in_use",
+            "Execution slots taken: running scheduled runs plus scheduled resumes in progress.",
+            service.slots_in_use(),
+        )
+        yield GaugeMetricFamily(
+            "wf_schedule_execution_slots",
+            "Execution slots for scheduled runs (server.scheduler.max_concurrent_runs).",
+            service.config.max_concurrent_runs,
+        )
+        yield GaugeMetricFamily(
+            "wf_schedule_blocked",
+            "Schedules refused admission because a record of theirs does not decode.",
+            len(service.blocked),
+        )
+        yield GaugeMetricFamily(
+            "wf_schedule_service_draining",
+            "1 while the schedule service drains on shutdown, else 0.",
+            1.0 if service.state == "draining" else 0.0,
+        )
+
+
+def _lateness(samples: Sequence[float]) -> SummaryMetricFamily:
+    family = SummaryMetricFamily(
+        "wf_schedule_admission_lateness_seconds",
+        "Admission instant minus occurrence instant; quantiles over the most recent "
+        "admissions (a bounded window), NaN before the first.",
+    )
+    ordered = sorted(samples)
+    for q in LATENESS_QUANTILES:
+        family.add_sample(family.name, {"quantile": _bound(q)}, _nearest_rank(ordered, q))
+    return family
+
+
+def _nearest_rank(ordered: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of sorted samples by nearest rank (NaN without samples)."""
+    if not ordered:
+        return math.nan
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+class ServerMetrics:
+    """One server's registry: the core collector, the RPC series and, given a way to
+    find the schedule service (``schedule_service``), the schedule collector."""
+
+    def __init__(
+        self,
+        node: SchedulerNode,
+        *,
+        process: bool = True,
+        schedule_service: Callable[[], ScheduleService | None] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(CoreCollector(node))
+        if schedule_service is not None:
+            self.registry.register(ScheduleCollector(schedule_service))
         if process:
             ProcessCollector(registry=self.registry)
         self.rpc_latency = Histogram(
