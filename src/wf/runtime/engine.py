@@ -301,6 +301,9 @@ class RunEngine:
         await self._save(run)
         if run.final:
             self._live.pop(run.run_id, None)
+            # A final run never changes again (every mutation checks ``final`` after
+            # reading), so its lock need not outlive the current holder.
+            self._locks.pop(run.run_id, None)
         else:
             self._live[run.run_id] = (run, plan)
         self._notify(run)
