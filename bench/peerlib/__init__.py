@@ -1,0 +1,1 @@
+"""The side-by-side benchmark suite's parts (``uv run python bench/peers.py`` drives them)."""

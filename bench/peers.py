@@ -1,0 +1,601 @@
+"""Side-by-side benchmark: wf against Celery, RQ and Procrastinate on this machine.
+
+Theory of operation
+-------------------
+Every system is a :class:`bench.peerlib.base.System` found in a module
+``bench/peerlib/*_system.py`` (its ``SYSTEMS`` list, or else every concrete
+``System`` subclass defined in it). A module that cannot be imported (its
+peer is not installed: ``uv sync --group bench``) is reported as not
+measured and the run goes on; so does a system whose setup fails (say, Redis
+is down).
+
+Repetitions alternate the systems A B A B: repetition *r* runs every system
+once, in the discovery order rotated by *r*, each from a fresh namespace
+(:meth:`System.setup` ... :meth:`System.teardown`), through the same
+workloads in the same order:
+
+* **W1 throughput** -- ``w1_count`` no-op tasks enqueued up front
+  (:meth:`System.enqueue_noop`, batched where the client API batches), then
+  2 worker processes are started; throughput = tasks / (last start − the
+  instant the workers were ready, or the first start if earlier). Once with
+  concurrency 1 per process (``c1``) and once with 8 (``c8``, only where the
+  system supports it). Worker boot time is reported apart.
+* **W2 light-load latency** -- with 2 idle worker processes (concurrency 1):
+  a few unmeasured warm-up tasks, then ``w2_count`` tasks submitted one at a
+  time on a fixed grid ``w2_gap_s`` apart; latency = start inside the worker
+  − the instant just before the submit call.
+* **W3 delayed precision** -- on the same workers: ``w3_count`` tasks, one
+  every ``w3_gap_s``, each due ``w3_ahead_s`` after its submission (so the
+  figure is the timer's precision, not a backlog); lateness = start − due.
+* **W4 wf alone** -- registration and lease renewal round trips on each wf
+  variant's live server after W3 (``bench/e2e.py``'s code), then once per
+  run: ready-queue operation scaling (``bench/core.py``'s ``bench_queue``)
+  and recovery with ``recovery_queued`` queued activities on SQLite and on
+  PostgreSQL (``bench/store.py``'s measurement: process start to the first
+  dispatch, in a fresh process).
+
+Task starts are learned from :class:`~bench.peerlib.base.Recorder` lines the
+task body writes (all processes share this machine's clock). Every figure is
+the median over the repetitions, with min and max.
+
+Output: ``results.json``, ``results.md`` and PNG charts into ``--out``
+(default ``docs/benchmarks/``; with ``--quick`` a temporary folder), and, with
+the default output, the generated part of ``docs/benchmarks.md``. The last
+line printed is one JSON object (:func:`bench.peerlib.report.last_line`).
+
+The peers and matplotlib come from the ``bench`` dependency group, which is
+never installed by default: without them (and without ``--quick``) the
+script re-executes itself once under ``uv run --group bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+REPO: Final = Path(__file__).resolve().parents[1]
+# Run as a script, sys.path[0] is bench/ (whose modules would shadow top-level
+# names such as ``core``); the suite imports its parts as ``bench.*`` instead.
+if sys.path and Path(sys.path[0] or ".").resolve() == REPO / "bench":
+    sys.path.pop(0)
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.peerlib import report  # noqa: E402
+from bench.peerlib.base import Recorder, System, percentile, task_ids, wait_for  # noqa: E402
+
+PEERLIB: Final = REPO / "bench" / "peerlib"
+DEFAULT_OUT: Final = REPO / "docs" / "benchmarks"
+PAGE: Final = REPO / "docs" / "benchmarks.md"
+REEXEC_ENV: Final = "WF_BENCH_PEERS_REEXEC"
+COMMAND_ENV: Final = "WF_BENCH_PEERS_COMMAND"
+BENCH_GROUP_MODULES: Final = ("matplotlib", "celery", "rq", "procrastinate")
+"""Importable when the ``bench`` dependency group is installed."""
+PROCESSES: Final = 2
+"""Worker processes of every workload."""
+LATENCY_CONCURRENCY: Final = 1
+"""Per-process concurrency of the W2/W3 workers."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """Sizes of one run (see the module docstring)."""
+
+    repetitions: int
+    w1_count: int
+    w1_concurrencies: tuple[int, ...]
+    w1_timeout_s: float
+    w2_count: int
+    w2_warmup: int
+    w2_gap_s: float
+    w3_count: int
+    w3_gap_s: float
+    w3_ahead_s: float
+    latency_timeout_s: float
+    recovery_queued: int
+    recovery_leased: int
+    quick: bool
+
+
+FULL: Final = Plan(
+    repetitions=3,
+    w1_count=10_000,
+    w1_concurrencies=(1, 8),
+    w1_timeout_s=600.0,
+    w2_count=300,
+    w2_warmup=10,
+    w2_gap_s=0.02,
+    w3_count=100,
+    w3_gap_s=0.02,
+    w3_ahead_s=2.0,
+    latency_timeout_s=60.0,
+    recovery_queued=1_000_000,
+    recovery_leased=10_000,
+    quick=False,
+)
+QUICK: Final = Plan(
+    repetitions=1,
+    w1_count=200,
+    w1_concurrencies=(1, 8),
+    w1_timeout_s=120.0,
+    w2_count=20,
+    w2_warmup=3,
+    w2_gap_s=0.01,
+    w3_count=10,
+    w3_gap_s=0.01,
+    w3_ahead_s=0.5,
+    latency_timeout_s=60.0,
+    recovery_queued=10_000,
+    recovery_leased=100,
+    quick=True,
+)
+
+
+FAILED: Final = object()
+"""What a failed step of :func:`run_system` gives back."""
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+# ------------------------------------------------------------- discovery
+
+
+def discover() -> tuple[list[type[System]], dict[str, str]]:
+    """Every system of ``bench/peerlib/*_system.py``; modules that failed to import, and why."""
+    found: list[type[System]] = []
+    failed: dict[str, str] = {}
+    for path in sorted(PEERLIB.glob("*_system.py"), key=lambda p: (p.stem != "wf_system", p)):
+        module_name = f"bench.peerlib.{path.stem}"
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            failed[path.stem.removesuffix("_system")] = (
+                f"`{module_name}` did not import ({type(exc).__name__}: {exc}); "
+                "install the peers with `uv sync --group bench`"
+            )
+            continue
+        listed = getattr(module, "SYSTEMS", None)
+        if listed is None:
+            listed = [
+                obj
+                for _, obj in inspect.getmembers(module, inspect.isclass)
+                if issubclass(obj, System)
+                and obj.__module__ == module.__name__
+                and not inspect.isabstract(obj)
+            ]
+        found.extend(listed)
+    return found, failed
+
+
+def describe(cls: type[System]) -> str:
+    """The report's line for ``cls``: its ``description``, else its docstring's first line."""
+    if cls.description:
+        return cls.description
+    first = (inspect.getdoc(cls) or "").split("\n", 1)[0]
+    return first.replace(" (see the module docstring)", "").replace("``", "`").rstrip(".")
+
+
+def select(
+    systems: list[type[System]], wanted: list[str] | None, failed: dict[str, str]
+) -> list[type[System]]:
+    if wanted is None:
+        return systems
+    for name in [n for n in failed if n not in wanted]:
+        del failed[name]  # not asked for: its import failure is no news
+    by_name = {s.name: s for s in systems}
+    chosen = []
+    for name in wanted:
+        if name in by_name:
+            chosen.append(by_name[name])
+        elif name not in failed:
+            failed[name] = f"unknown system (known: {', '.join(by_name) or 'none'})"
+    return chosen
+
+
+# ------------------------------------------------------------- workloads
+
+
+def wait_started(
+    recorder: Recorder, ids: Sequence[str], timeout_s: float, what: str
+) -> dict[str, float]:
+    """Wait until every id has a start line; the starts."""
+    wanted = len(ids)
+    wait_for(lambda: recorder.count() >= wanted, timeout_s, what, poll_s=0.02)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        starts = recorder.starts()
+        missing = [i for i in ids if i not in starts]
+        if not missing:
+            return starts
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(missing)} of {wanted} tasks never started ({what})")
+        time.sleep(0.05)
+
+
+def on_grid(count: int, gap_s: float, action: Callable[[int], None]) -> None:
+    """``action(i)`` at ``start + i × gap_s`` (a fixed grid: slow calls do not shift it)."""
+    began = time.perf_counter()
+    for i in range(count):
+        delay = began + i * gap_s - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        action(i)
+
+
+def run_w1(
+    system: System, recorder: Recorder, plan: Plan, concurrency: int, tag: str
+) -> dict[str, Any]:
+    recorder.clear()
+    ids = list(task_ids(f"{tag}w1c{concurrency}", plan.w1_count))
+    began = time.time()
+    system.enqueue_noop(ids)
+    enqueued = time.time()
+    system.start_workers(PROCESSES, concurrency)
+    ready = time.time()
+    try:
+        starts = wait_started(recorder, ids, plan.w1_timeout_s, f"W1 c{concurrency}")
+    finally:
+        system.stop_workers()
+    first = min(starts[i] for i in ids)
+    last = max(starts[i] for i in ids)
+    origin = min(ready, first)
+    return {
+        "throughput_per_s": plan.w1_count / (last - origin),
+        "elapsed_s": last - origin,
+        "enqueue_per_s": plan.w1_count / max(enqueued - began, 1e-9),
+        "worker_boot_s": first - enqueued,
+        "ready_after_first_start_s": ready - first,
+    }
+
+
+def latency_summary(samples_ms: list[float], keys: Sequence[str]) -> dict[str, float]:
+    quantiles = {"p50_ms": 0.50, "p95_ms": 0.95, "p99_ms": 0.99}
+    out: dict[str, float] = {}
+    for key in keys:
+        out[key] = max(samples_ms) if key == "max_ms" else percentile(samples_ms, quantiles[key])
+    out["min_ms"] = min(samples_ms)
+    return {k: round(v, 4) for k, v in out.items()}
+
+
+def run_w2(system: System, recorder: Recorder, plan: Plan, tag: str) -> dict[str, Any]:
+    recorder.clear()
+    warm = list(task_ids(f"{tag}w2warm", plan.w2_warmup))
+
+    def submit_warm(i: int) -> None:
+        system.submit_one(warm[i])
+
+    on_grid(len(warm), plan.w2_gap_s, submit_warm)
+    wait_started(recorder, warm, plan.latency_timeout_s, "W2 warm-up")
+    ids = list(task_ids(f"{tag}w2", plan.w2_count))
+    submitted: dict[str, float] = {}
+
+    def submit(i: int) -> None:
+        submitted[ids[i]] = system.submit_one(ids[i])
+
+    on_grid(len(ids), plan.w2_gap_s, submit)
+    starts = wait_started(recorder, ids, plan.latency_timeout_s, "W2")
+    samples = [(starts[i] - submitted[i]) * 1000.0 for i in ids]
+    return latency_summary(samples, report.W2_KEYS)
+
+
+def run_w3(system: System, recorder: Recorder, plan: Plan, tag: str) -> dict[str, Any]:
+    recorder.clear()
+    ids = list(task_ids(f"{tag}w3", plan.w3_count))
+    due: dict[str, float] = {}
+
+    def submit(i: int) -> None:
+        due[ids[i]] = due_at = time.time() + plan.w3_ahead_s
+        system.submit_delayed(ids[i], due_at)
+
+    on_grid(len(ids), plan.w3_gap_s, submit)
+    timeout = plan.w3_ahead_s + plan.latency_timeout_s
+    starts = wait_started(recorder, ids, timeout, "W3")
+    samples = [(starts[i] - due[i]) * 1000.0 for i in ids]
+    result = latency_summary(samples, report.W3_KEYS)
+    result["early"] = sum(1 for s in samples if s < 0)
+    return result
+
+
+def run_system(cls: type[System], plan: Plan, rep: int, root: Path) -> dict[str, Any]:
+    """One repetition of every workload on a fresh ``cls``; errors are recorded, not raised."""
+    run: dict[str, Any] = {"rep": rep, "errors": []}
+    workdir = root / f"rep{rep}-{cls.name}"
+    folder = workdir / "recorder"
+    folder.mkdir(parents=True, exist_ok=True)
+    recorder = Recorder(folder)
+    tag = f"r{rep}"
+    system = cls()
+
+    def attempt(what: str, step: Callable[[], Any]) -> Any:
+        """``step()``'s value, or :data:`FAILED` (the error is recorded and printed)."""
+        began = time.perf_counter()
+        try:
+            value = step()
+        except Exception as exc:
+            run["errors"].append(f"{what}: {type(exc).__name__}: {exc}")
+            say(f"  {cls.name} {what} FAILED: {type(exc).__name__}: {exc}")
+            traceback.print_exc(file=sys.stdout)
+            with contextlib.suppress(Exception):
+                system.stop_workers()
+            return FAILED
+        say(f"  {cls.name} {what}: {brief(value)} ({time.perf_counter() - began:.1f} s)")
+        return value
+
+    try:
+        if attempt("setup", lambda: system.setup(workdir, recorder)) is FAILED:
+            return run
+        w1: dict[str, Any] = {}
+        for c in plan.w1_concurrencies:
+            if c > cls.max_concurrency_per_process:
+                continue
+            result = attempt(f"W1 c{c}", lambda c=c: run_w1(system, recorder, plan, c, tag))
+            if result is not FAILED:
+                w1[f"c{c}"] = result
+        run["w1"] = w1
+        started = attempt(
+            "latency workers", lambda: system.start_workers(PROCESSES, LATENCY_CONCURRENCY)
+        )
+        if started is not FAILED:
+            for key, step in (("w2", run_w2), ("w3", run_w3)):
+                result = attempt(key.upper(), lambda step=step: step(system, recorder, plan, tag))
+                if result is not FAILED:
+                    run[key] = result
+            attempt("stop workers", system.stop_workers)
+        measure_rpc = getattr(system, "measure_rpc", None)
+        if measure_rpc is not None:
+            result = attempt("W4 register/renew", lambda: measure_rpc(plan.quick))
+            if result is not FAILED:
+                run["w4_rpc"] = result
+    finally:
+        attempt("teardown", system.teardown)
+    return run
+
+
+def brief(value: Any) -> str:
+    if isinstance(value, dict):
+        parts = []
+        for k, v in value.items():
+            if isinstance(v, float):
+                parts.append(f"{k} {v:,.2f}")
+            elif isinstance(v, dict):
+                parts.append(f"{k} {{{brief(v)}}}")
+            else:
+                parts.append(f"{k} {v}")
+        return ", ".join(parts)
+    return "ok"
+
+
+# -------------------------------------------------------------------- W4
+
+
+def run_w4_once(plan: Plan, postgres: bool, scratch: Path) -> dict[str, Any]:
+    """Queue scaling and recovery (once per run; each has its own repetitions)."""
+    from bench import core as core_bench
+    from bench import store as store_bench
+
+    w4: dict[str, Any] = {}
+    say("== W4 ready-queue operation scaling (bench/core.py)")
+    core_plan = core_bench.QUICK if plan.quick else core_bench.FULL
+    fifo, deadline = core_bench.bench_queue(core_plan)
+    sizes = list(fifo)
+    w4["queue_op_us"] = fifo
+    w4["queue_op_us_deadline_rank"] = deadline
+    w4["queue_ratio_largest_vs_smallest"] = round(fifo[sizes[-1]] / fifo[sizes[0]], 3)
+    store_plan = dataclasses.replace(
+        store_bench.QUICK if plan.quick else store_bench.FULL,
+        sqlite_queued=plan.recovery_queued,
+        sqlite_leased=plan.recovery_leased,
+        postgres_queued=plan.recovery_queued,
+        postgres_leased=plan.recovery_leased,
+        recovery_repetitions=max(plan.repetitions, 1 if plan.quick else 3),
+    )
+    recovery: dict[str, Any] = {"queued": plan.recovery_queued, "leased": plan.recovery_leased}
+    say(f"== W4 recovery with {plan.recovery_queued:,} queued, SQLite (bench/store.py)")
+    try:
+        recovery.update(store_bench.bench_sqlite_recovery(store_plan, scratch))
+    except Exception as exc:
+        recovery["sqlite_note"] = f"failed: {type(exc).__name__}: {exc}"
+        traceback.print_exc(file=sys.stdout)
+    if postgres:
+        from bench.peerlib.wf_system import postgres_dsn
+
+        dsn = postgres_dsn()
+        why = store_bench.postgres_reachable(dsn)
+        if why is not None:
+            recovery["postgres_note"] = f"PostgreSQL unreachable: {why}"
+        else:
+            say(f"== W4 recovery with {plan.recovery_queued:,} queued, PostgreSQL (bench/store.py)")
+            try:
+                recovery.update(store_bench.bench_postgres_recovery(store_plan, dsn))
+            except Exception as exc:
+                recovery["postgres_note"] = f"failed: {type(exc).__name__}: {exc}"
+                traceback.print_exc(file=sys.stdout)
+    else:
+        recovery["postgres_note"] = "not measured (wf-pg not selected)"
+    w4["recovery"] = recovery
+    return w4
+
+
+# ------------------------------------------------------------------ main
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes, wf only, 1 repetition (CI smoke test)"
+    )
+    parser.add_argument(
+        "--systems",
+        help="comma-separated system names (default: every one found; --quick: wf)",
+    )
+    parser.add_argument("--repetitions", type=int, help="repetitions (default 3; --quick 1)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="output folder (default docs/benchmarks, which also updates docs/benchmarks.md; "
+        "--quick: a temporary folder)",
+    )
+    parser.add_argument("--no-w4", action="store_true", help="skip W4's queue and recovery part")
+    parser.add_argument(
+        "--recovery-queued", type=int, help="activities queued for W4's recovery (default 10^6)"
+    )
+    parser.add_argument(
+        "--report-only",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="only write the report (Markdown, charts, docs page) again from a results.json",
+    )
+    parser.add_argument(
+        "--no-reexec",
+        action="store_true",
+        help="never re-execute under `uv run --group bench` when the peers are missing",
+    )
+    return parser.parse_args(argv)
+
+
+def command_line(argv: Sequence[str]) -> str:
+    return os.environ.get(COMMAND_ENV) or shlex.join(
+        ["uv", "run", "python", "bench/peers.py", *argv]
+    )
+
+
+def maybe_reexec(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    """Without the ``bench`` group (and not ``--quick``): run again under it, via uv."""
+    if args.quick or args.no_reexec or os.environ.get(REEXEC_ENV):
+        return
+    missing = [m for m in BENCH_GROUP_MODULES if importlib.util.find_spec(m) is None]
+    uv = shutil.which("uv")
+    if not missing or uv is None:
+        return
+    say(
+        f"the bench group is not installed ({', '.join(missing)} missing): "
+        "re-running under `uv run --group bench`"
+    )
+    env = {**os.environ, REEXEC_ENV: "1", COMMAND_ENV: command_line(argv)}
+    os.chdir(REPO)
+    os.execvpe(uv, [uv, "run", "--group", "bench", "python", "bench/peers.py", *argv], env)
+
+
+def rewrite_report(source: Path, found: list[type[System]], out: Path, page: Path | None) -> int:
+    """``--report-only``: the report of an earlier run, written again (same figures)."""
+    results = json.loads(source.read_text())
+    by_name = {s.name: s for s in found}
+    for name, entry in results["systems"].items():
+        if not entry.get("description") and name in by_name:
+            entry["description"] = describe(by_name[name])
+    results.pop("charts_note", None)
+    results["context"]["out"] = str(out)
+    written = report.write_report(results, out, page)
+    say("wrote " + ", ".join(str(p) for p in written))
+    print(json.dumps(report.last_line(results), sort_keys=True), flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    maybe_reexec(args, argv)
+    # SIGTERM unwinds like an exception, so every started system is torn down.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    plan = QUICK if args.quick else FULL
+    if args.repetitions is not None:
+        plan = dataclasses.replace(plan, repetitions=max(1, args.repetitions))
+    if args.recovery_queued is not None:
+        plan = dataclasses.replace(
+            plan,
+            recovery_queued=args.recovery_queued,
+            recovery_leased=min(plan.recovery_leased, max(1, args.recovery_queued // 100)),
+        )
+    wanted = args.systems.split(",") if args.systems else (["wf"] if args.quick else None)
+    found, unavailable = discover()
+    systems = select(found, wanted, unavailable)
+    if args.out is not None:
+        out, page = args.out.resolve(), None
+    elif args.quick:
+        out, page = Path(tempfile.mkdtemp(prefix="wf-bench-peers-out-")), None
+    else:
+        out, page = DEFAULT_OUT, PAGE
+    if args.report_only is not None:
+        return rewrite_report(args.report_only, found, out, page)
+    mode = "quick" if args.quick else "full"
+    say(f"side-by-side benchmark ({mode}): {', '.join(s.name for s in systems) or 'no system'}")
+    for name, why in unavailable.items():
+        say(f"  not measured: {name}: {why}")
+    context: dict[str, Any] = {
+        "date": report.utc_now(),
+        "mode": mode,
+        "command": command_line(argv),
+        "machine": report.machine(),
+        "repetitions": plan.repetitions,
+        "plan": dataclasses.asdict(plan),
+        "processes": PROCESSES,
+        "latency_concurrency": LATENCY_CONCURRENCY,
+        "out": str(out),
+        "order": [],
+    }
+    runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in systems}
+    scratch = Path(tempfile.mkdtemp(prefix="wf-bench-peers-"))
+    try:
+        for rep in range(plan.repetitions):
+            shift = rep % len(systems) if systems else 0
+            order = systems[shift:] + systems[:shift]
+            context["order"].append([s.name for s in order])
+            for cls in order:
+                say(f"== repetition {rep + 1}/{plan.repetitions}: {cls.name}")
+                runs[cls.name].append(run_system(cls, plan, rep, scratch))
+        wf_names = {s.name for s in systems}
+        w4: dict[str, Any] = {}
+        if not args.no_w4 and wf_names & {"wf", "wf-fsync", "wf-pg"}:
+            w4 = run_w4_once(plan, "wf-pg" in wf_names, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    results: dict[str, Any] = {
+        "context": context,
+        "systems": {
+            s.name: {
+                "description": describe(s),
+                "durable": s.durable,
+                "max_concurrency_per_process": s.max_concurrency_per_process,
+                "summary": report.summarize(runs[s.name]),
+                "errors": [e for r in runs[s.name] for e in r["errors"]],
+                "runs": runs[s.name],
+            }
+            for s in systems
+        },
+        "unavailable": unavailable,
+        "w4": w4,
+    }
+    results["ratios"] = report.compute_ratios(
+        {n: e["summary"] for n, e in results["systems"].items()}
+    )
+    results["targets"] = [
+        {"figure": k, "target": t, "value": v, "met": m}
+        for k, t, v, m in report.target_checks(results)
+    ]
+    written = report.write_report(results, out, page)
+    say("wrote " + ", ".join(str(p) for p in written))
+    print(json.dumps(report.last_line(results), sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
