@@ -98,7 +98,9 @@ def test_a_killed_workers_activity_completes_elsewhere_with_its_attempts(
     cluster: Cluster,
 ) -> None:
     (aid,) = cluster.submit(slow.activity("victim", args=(1.0,)))
-    wait_until(lambda: cluster.admin.states([aid])[aid] == "executing", "victim running", WORK_S)
+    # The store's history, not the core's live state: a reader may see the core
+    # executing a moment before the transition's commit lands.
+    wait_until(lambda: bool(executed_by(cluster, aid)), "victim running", WORK_S)
     (first,) = executed_by(cluster, aid)
     cluster.workers[first].kill()
     cluster.wait_completed([aid])
