@@ -103,6 +103,7 @@ class SchedulerNode:
         self._broken: BaseException | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._last_commit: asyncio.Future[None] | None = None
         self.listeners: list[Callable[[Outcome], None]] = []
         """Called with every committed outcome (the server routes decisions with it)."""
 
@@ -194,6 +195,7 @@ class SchedulerNode:
         """
         commit = asyncio.ensure_future(self.store.append(outcome.records))
         commit.add_done_callback(self._settled)
+        self._last_commit = commit
         try:
             await asyncio.shield(commit)
         except asyncio.CancelledError:
@@ -206,6 +208,18 @@ class SchedulerNode:
             raise
         except Exception as exc:
             raise StoreUnavailable("commit failed", cause=repr(exc)) from exc
+
+    async def durable(self) -> None:
+        """Wait until every command executed so far is committed (or failed).
+
+        The core changes as soon as a command is handled and the commit follows;
+        a reader that must not report state the store may never hold (a read of
+        the core answered to a client) awaits this first. Commits land in order,
+        so waiting for the latest is waiting for all.
+        """
+        # Loop: commands handled while we waited have commits of their own.
+        while (commit := self._last_commit) is not None and not commit.done():
+            await asyncio.wait({commit})
 
     def _settled(self, commit: asyncio.Future[None]) -> None:
         """A commit ended: a failed or cancelled one stops the node (fail-stop)."""

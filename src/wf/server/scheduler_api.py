@@ -516,8 +516,9 @@ class SchedulerAPI:
         )
 
     async def get_activity(self, activity_id: str, caller: Caller) -> ActivityView:
-        """An activity's current state."""
+        """An activity's current state (never ahead of what the store holds)."""
         self._check_visible(caller, activity_id)
+        await self.node.durable()
         core = self.node.core
         a = core.activities.get(activity_id)
         if a is not None:
