@@ -44,8 +44,9 @@ the default output, the generated part of ``docs/benchmarks.md``. The last
 line printed is one JSON object (:func:`bench.peerlib.report.last_line`).
 
 The peers and matplotlib come from the ``bench`` dependency group, which is
-never installed by default: without them (and without ``--quick``) the
-script re-executes itself once under ``uv run --group bench``.
+never installed by default: without them (and without ``--quick`` or
+``--report-only``) the script re-executes itself once under
+``uv run --group bench``.
 """
 
 from __future__ import annotations
@@ -479,8 +480,8 @@ def command_line(argv: Sequence[str]) -> str:
 
 
 def maybe_reexec(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    """Without the ``bench`` group (and not ``--quick``): run again under it, via uv."""
-    if args.quick or args.no_reexec or os.environ.get(REEXEC_ENV):
+    """Without the ``bench`` group (a measuring run only): run again under it, via uv."""
+    if args.quick or args.report_only or args.no_reexec or os.environ.get(REEXEC_ENV):
         return
     missing = [m for m in BENCH_GROUP_MODULES if importlib.util.find_spec(m) is None]
     uv = shutil.which("uv")

@@ -425,19 +425,21 @@ def _w4_markdown(results: dict[str, Any], image_prefix: str) -> list[str]:
             f"{recovery.get('queued', 0):,} queued and {recovery.get('leased', 0):,} leased "
             "(`bench/store.py`'s measurement; median (min–max) of the runs, s):",
             "",
-            "| store | recovery | start() → first lease | runs |",
-            "|---|---|---|---|",
+            "| store | recovery | start() → first lease | its phases (median) | runs |",
+            "|---|---|---|---|---|",
         ]
         for store in ("sqlite", "postgres"):
             runs = recovery.get(f"{store}_recovery_runs_s")
             if runs:
+                phases = recovery.get(f"{store}_recovery_phases_s") or {}
                 lines.append(
                     f"| {store} | {cell(stat(runs), 2)} "
                     f"| {_fmt(recovery.get(f'{store}_recovery_start_to_lease_s'), 2)} "
+                    f"| {', '.join(f'{k} {v:.2f}' for k, v in phases.items())} "
                     f"| {', '.join(f'{r:.2f}' for r in runs)} |"
                 )
             elif f"{store}_note" in recovery:
-                lines.append(f"| {store} | – | – | {recovery[f'{store}_note']} |")
+                lines.append(f"| {store} | – | – | – | {recovery[f'{store}_note']} |")
     lines.append("")
     return lines
 
@@ -482,7 +484,7 @@ def charts(results: dict[str, Any], out: Path) -> list[str]:
                 text = "n/a" if s is None else f"{s['median']:,.{digits}f}"
                 ax.annotate(
                     text,
-                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    (bar.get_x() + bar.get_width() / 2, max(s["max"], 0.0) if s else 0.0),
                     xytext=(0, 2),
                     textcoords="offset points",
                     ha="center",
@@ -494,16 +496,17 @@ def charts(results: dict[str, Any], out: Path) -> list[str]:
         ax.set_title(f"{title}\n{subtitle}", fontsize=10)
         values = [abs(v) for _, ss in series for s in ss if s for v in (s["min"], s["max"])]
         positive = [v for v in values if v > 0]
-        if positive and max(positive) / min(positive) > 100:
+        symlog = bool(positive) and max(positive) / min(positive) > 100
+        if symlog:
             # One system far above the others: a symmetric log axis keeps them all
             # readable (linear within ±1, so negative lateness still shows).
             ax.set_yscale("symlog", linthresh=1.0)
             ax.set_ylabel(f"{ylabel}\nsymmetric log scale")
         lowest = min((s["min"] for _, ss in series for s in ss if s), default=0.0)
-        if lowest >= 0:
-            ax.set_ylim(bottom=0)
-        else:
-            ax.set_ylim(bottom=min(lowest * 1.5, -1.0))
+        highest = max((s["max"] for _, ss in series for s in ss if s), default=1.0)
+        # Head room for the value labels above the highest error bar.
+        top = highest * (4.0 if symlog else 1.12) if highest > 0 else 1.0
+        ax.set_ylim(bottom=0 if lowest >= 0 else min(lowest * 1.5, -1.0), top=top)
         ax.axhline(0, color="black", linewidth=0.6)
         if len(series) > 1:
             ax.legend(fontsize=8)
