@@ -562,7 +562,10 @@ def test_cancel_an_interrupted_run(make_server: ServerFactory) -> None:
             deployment = await deploy(server, "ask", ASK_PLAN)
             started = await api.start_run(deployment)
             run_id = started["run_id"]
-            await wait_for_status(inspector(server, run_id), {"interrupted"})
+            before = await wait_for_status(inspector(server, run_id), {"interrupted"})
+            with pytest.raises(InvalidArgument):  # an oversized reason is refused, nothing kept
+                await api.cancel_run(run_id, "x" * 1_001)
+            assert await api.inspect_run(run_id) == before
             cancelled = await api.cancel_run(run_id, "no longer needed")
             assert cancelled["status"] == "cancelled"
             assert cancelled["error"] == {"code": "cancelled", "message": "no longer needed"}

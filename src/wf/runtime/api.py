@@ -48,6 +48,10 @@ ARTIFACT_CACHE_MAX: Final = 1_024
 """Verified artifact versions kept in memory (they never change once stored)."""
 
 
+REASON_MAX: Final = 1_000
+"""Longest cancellation reason stored with a run."""
+
+
 class Scope(Protocol):
     """What the runtime needs to know of a caller (``wf.server.rpc.Caller`` is one)."""
 
@@ -362,7 +366,14 @@ class WorkflowAPI:
         return await self._view(resumed, await self.engine.plan_of(resumed))
 
     async def cancel_run(self, run_id: str, reason: str = "", *, caller: Scope) -> dict[str, Any]:
-        """Cancel a run that has not stopped; its activities are withdrawn."""
+        """Cancel a run that has not stopped; its activities are withdrawn.
+
+        ``reason`` (at most :data:`REASON_MAX` characters) is kept in the run's error.
+        """
+        if not isinstance(reason, str) or len(reason) > REASON_MAX:
+            raise InvalidArgument(
+                f"reason must be a string of at most {REASON_MAX} characters", field="reason"
+            )
         run, _ = await self._visible(run_id, caller)
         _require_tenant(caller, run.tenant)
         cancelled = await self.engine.cancel_run(run_id, reason or "cancelled by request")

@@ -52,6 +52,8 @@ OCCURRENCES_LIMIT_MAX: Final = 100
 """Largest occurrence page."""
 PREVIEW_MAX: Final = 100
 """Most instants :meth:`ScheduleAPI.preview_schedule` returns."""
+MAX_ACTIVE_RUNS_MAX: Final = 10_000
+"""Largest ``max_active_runs`` (far beyond any execution-slot bound)."""
 NOTE_MAX: Final = 1_000
 """Longest note or pause reason."""
 _UNSET: Final[Any] = None
@@ -541,9 +543,10 @@ def _check_future(schedule: Schedule, now: float) -> None:
 def _check_policies(schedule: Schedule) -> None:
     if schedule.overlap == "parallel":
         n = schedule.max_active_runs
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_ACTIVE_RUNS_MAX:
             raise InvalidArgument(
-                "overlap='parallel' requires a positive max_active_runs", field="max_active_runs"
+                f"overlap='parallel' requires max_active_runs between 1 and {MAX_ACTIVE_RUNS_MAX}",
+                field="max_active_runs",
             )
     elif schedule.max_active_runs is not None:
         raise InvalidArgument(
