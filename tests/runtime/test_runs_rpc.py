@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_runs_api import ASK_PLAN, REVIEW_PLAN, wait_for_status
+from test_runs_api import (
+    ASK_PLAN,
+    ATTEMPTS,
+    CHAIN_PLAN,
+    FAST_RETRY,
+    REVIEW_PLAN,
+    TEST_ACTIVITIES,
+    retry_plan,
+    wait_for_status,
+)
 
 from wf.client.app import App
 from wf.errors import Conflict, InvalidArgument, NotFound
@@ -140,6 +149,41 @@ async def secured(root: Path) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{server.port}"
     finally:
         await server.stop()
+
+
+def test_a_retried_failure_and_max_steps_exhaustion_over_the_wire(tmp_path: Path) -> None:
+    async def main() -> None:
+        ATTEMPTS.clear()
+        server = build_local_static_workflow_server(tmp_path / "store", activities=TEST_ACTIVITIES)
+        async with server, App(server.url) as app:
+            await app.create_artifact_from_plan(
+                "retry", 1, retry_plan("flaky", {**FAST_RETRY, "max_attempts": 3}, fails=2)
+            )
+            await app.save_deployment({"artifact_id": "retry", "artifact_version": 1})
+            run_id = (await app.start_run("retry.default"))["run_id"]
+            done = await wait_for_status(lambda: app.inspect_run(run_id), {"completed", "failed"})
+            assert done["status"] == "completed"
+            assert done["output"] == {"result": {"succeeded_on": 3}}
+            (node,) = done["trace"]
+            outcomes = [a["outcome"] for a in node["attempts"]]
+            assert outcomes == ["failed, retried", "failed, retried", "completed"]
+            assert "TransientProblem" in node["attempts"][0]["error"]
+
+            await app.create_artifact_from_plan("chain", 1, CHAIN_PLAN)
+            await app.save_deployment(
+                {"artifact_id": "chain", "artifact_version": 1, "max_steps": 1}
+            )
+            chain_id = (await app.start_run("chain.default"))["run_id"]
+            spent = await wait_for_status(
+                lambda: app.inspect_run(chain_id), {"completed", "failed", "exhausted"}
+            )
+            assert spent["status"] == "exhausted"
+            assert spent["error"]["code"] == "max_steps_exhausted"
+            assert spent["steps_used"] == 1
+            assert spent == await server.api.inspect_run(chain_id)
+        ATTEMPTS.clear()
+
+    asyncio.run(main())
 
 
 def test_tenant_scoped_credentials_see_only_their_runs(tmp_path: Path) -> None:
