@@ -131,11 +131,9 @@ def test_a_week_of_an_hourly_schedule_with_pause_downtime_and_dst(tmp_path: Path
     assert len(instants) == len(set(instants)) == len(live) + len(in_downtime)
 
 
-def test_the_week_takes_well_under_a_second_of_real_time_per_simulated_day(
-    tmp_path: Path,
-) -> None:
-    # Not a speed assertion on the machine: the simulated span is a week, and a
-    # run that waited for real time would take the week. One generous bound.
+def test_the_week_skips_time_instead_of_waiting_for_it(tmp_path: Path) -> None:
+    # Not a speed benchmark: a run that waited for real time would take the week;
+    # one generous bound tells skipping from waiting on any machine.
     _, elapsed, jumps = asyncio.run(_week(tmp_path / "store"))
     assert jumps > 100
     assert elapsed < 60.0
