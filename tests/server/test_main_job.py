@@ -64,6 +64,7 @@ class SampleServer:
 
     proc: subprocess.Popen[str]
     lines: queue.Queue[str]
+    reader: threading.Thread
     log_path: Path
     events: list[dict[str, Any]]
 
@@ -84,7 +85,9 @@ class SampleServer:
                 line = self.lines.get(timeout=min(remaining, 0.2))
             except queue.Empty:
                 if self.proc.poll() is not None and self.lines.empty():
-                    time.sleep(0.2)  # let the reader thread hand over the last lines
+                    # The process is gone: once the reader has drained its stdout
+                    # (EOF), nothing more can come.
+                    self.reader.join(timeout=remaining)
                     if self.lines.empty():
                         deadline = 0.0
                 continue
@@ -131,9 +134,10 @@ def sample_server(store_root: Path, log_path: Path) -> Iterator[SampleServer]:
         )
     assert proc.stdout is not None
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_lines_into, args=(proc.stdout, lines), daemon=True).start()
+    reader = threading.Thread(target=_lines_into, args=(proc.stdout, lines), daemon=True)
+    reader.start()
     try:
-        yield SampleServer(proc=proc, lines=lines, log_path=log_path, events=[])
+        yield SampleServer(proc=proc, lines=lines, reader=reader, log_path=log_path, events=[])
     finally:
         if proc.poll() is None:
             proc.kill()
