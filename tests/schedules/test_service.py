@@ -669,3 +669,52 @@ def test_skip_counters_in_get_schedule(tmp_path: Path, clock: VirtualClock) -> N
             assert (other["skipped_overlap"], other["skipped_misfire"]) == (0, 0)
 
     asyncio.run(main())
+
+
+# ----------------------------------------------------------------------- drain
+
+
+def test_a_resume_still_running_at_the_drain_deadline_is_cancelled_keeping_its_mark(
+    tmp_path: Path, clock: VirtualClock
+) -> None:
+    async def main() -> None:
+        config = SchedulerServiceConfig(drain_grace_s=30)
+        async with node(tmp_path, clock, config) as n:
+            await deploy(n)
+            await create(n, "ask")
+            await n.tick(at(1))
+            assert await n.run_status("run-000001") == "interrupted"
+            # Hold the resume between its stored mark and the write of the answer.
+            store = n.server.server.engine.store
+            original = store.update_run
+            writes: list[int] = []
+            held = asyncio.Event()
+
+            async def update_run(row: Any, *, expected_revision: int) -> None:
+                writes.append(expected_revision)
+                if len(writes) == 2:
+                    held.set()
+                    await asyncio.Event().wait()  # never: only the drain's cancel ends it
+                await original(row, expected_revision=expected_revision)
+
+            store.update_run = update_run  # type: ignore[method-assign]
+            resume = asyncio.create_task(n.server.api.resume_run("run-000001", ANSWER))
+            await held.wait()
+            stopping = asyncio.create_task(n.service.stop())
+            await settle(lambda: n.service.state == "draining")
+            assert not stopping.done()  # the resume in progress holds the drain
+            clock.advance(30)
+            await stopping  # the deadline passed: the resume was cancelled and joined
+            assert resume.cancelled()
+            store.update_run = original  # type: ignore[method-assign]
+        # The next start's recovery finds the mark without its answer: abandoned,
+        # and the run is still interrupted and resumable.
+        async with node(tmp_path, clock, config) as n:
+            view = await n.server.api.inspect_run("run-000001")
+            assert view["status"] == "interrupted"
+            assert [m["state"] for m in view["resumes"]] == ["abandoned"]
+            done = await n.server.api.resume_run("run-000001", ANSWER)
+            assert done["status"] == "completed"
+            assert [m["state"] for m in done["resumes"]] == ["abandoned", "applied"]
+
+    asyncio.run(main())
