@@ -131,13 +131,19 @@ def test_workers_reconnect_after_a_server_sigkill_and_nothing_acknowledged_is_lo
         return list(cluster.admin.states(before).values()).count("completed") >= 6
 
     wait_until(some_completed, "the first completions", WORK_S)
+    done_before = {wid: len(w.actions("lease.completed")) for wid, w in cluster.workers.items()}
     cluster.restart_server()
     after = cluster.submit(*(echo.activity(f"a-{i}", args=(i, 0.05)) for i in range(15)))
     cluster.wait_completed(before + after)
 
     acknowledged: dict[str, int] = {}
     for w in cluster.workers.values():
-        assert len(w.actions("worker.registered")) >= 2, f"{w.worker_id} re-registered"
+        # Back at work with the new server: a worker whose call met the outage
+        # registers again; one whose retried call simply reached the new server
+        # (which restored its registration) goes on completing leases.
+        reregistered = len(w.actions("worker.registered")) >= 2
+        worked_after = len(w.actions("lease.completed")) > done_before[w.worker_id]
+        assert reregistered or worked_after, f"{w.worker_id} did nothing after the restart"
         for line in w.actions("lease.completed"):
             assert line["activity_id"] not in acknowledged, "one acknowledgement per activity"
             acknowledged[line["activity_id"]] = line["token"]
