@@ -26,6 +26,7 @@ import pytest
 
 from wf.errors import Draining, Overloaded
 from wf.schedules import SchedulerServiceConfig, ScheduleService, build_scheduler_service
+from wf.schedules.service import ARM_LEAD_S, ARM_MARGIN_S
 from wf.server.config import ServerConfig, ServerSection, StoreConfig
 from wf.server.local import LocalStaticServer, build_local_static_workflow_server
 from wf.testing.clock import VirtualClock
@@ -716,5 +717,123 @@ def test_a_resume_still_running_at_the_drain_deadline_is_cancelled_keeping_its_m
             done = await n.server.api.resume_run("run-000001", ANSWER)
             assert done["status"] == "completed"
             assert [m["state"] for m in done["resumes"]] == ["abandoned", "applied"]
+
+    asyncio.run(main())
+
+
+# ------------------------------------------------------------ armed admissions
+# The background loop prepares an admission ARM_LEAD_S before its instant
+# (ScheduleService.arm); these tests call arm() where the loop would.
+
+
+def armed_at(n: Node, hours: float) -> float:
+    """Move the clock to ARM_LEAD_S before MONDAY + ``hours`` and return that instant."""
+    instant = at(hours, 0)
+    n.clock.advance_to(instant - ARM_LEAD_S)
+    return instant
+
+
+def test_an_armed_admission_commits_at_its_instant_as_prepared(
+    tmp_path: Path, clock: VirtualClock
+) -> None:
+    async def main() -> None:
+        async with node(tmp_path, clock) as n:
+            await deploy(n)
+            await create(n, "report")
+            instant = armed_at(n, 1)
+            assert await n.service.arm(clock.now() + ARM_LEAD_S) == 1
+            # A second pass over the same instant prepares nothing new.
+            assert await n.service.arm(clock.now() + ARM_LEAD_S) == 0
+            assert await n.tick(instant + 0.004) == 1
+            assert (n.service.armed_used, n.service.armed_discarded) == (1, 0)
+            [occurrence] = await n.occurrences("report")
+            assert (occurrence["instant"], occurrence["status"]) == (iso(1), "interrupted")
+            run = await n.server.api.inspect_run(occurrence["run_id"])
+            # Prepared 0.1 s early, created when committed.
+            assert run["created_at"] == instant + 0.004
+            assert run["trigger"]["occurrence"] == instant
+
+    asyncio.run(main())
+
+
+def test_a_deployment_saved_after_arming_is_the_one_the_run_pins(
+    tmp_path: Path, clock: VirtualClock
+) -> None:
+    async def main() -> None:
+        async with node(tmp_path, clock) as n:
+            await deploy(n)
+            await create(n, "report")
+            instant = armed_at(n, 1)
+            assert await n.service.arm(clock.now() + ARM_LEAD_S) == 1
+            saved = await n.server.api.save_deployment(
+                {"artifact_id": "ask", "artifact_version": 1, "priority": 1}
+            )
+            assert await n.tick(instant) == 1
+            assert (n.service.armed_used, n.service.armed_discarded) == (0, 1)
+            [occurrence] = await n.occurrences("report")
+            run = await n.server.api.inspect_run(occurrence["run_id"])
+            assert (run["deployment_revision"], run["priority"]) == (saved.revision, 1)
+
+    asyncio.run(main())
+
+
+def test_a_schedule_changed_after_arming_admits_as_changed(
+    tmp_path: Path, clock: VirtualClock
+) -> None:
+    async def main() -> None:
+        async with node(tmp_path, clock) as n:
+            await deploy(n)
+            await create(n, "paused")
+            created = await create(n, "edited")
+            instant = armed_at(n, 1)
+            assert await n.service.arm(clock.now() + ARM_LEAD_S) == 2
+            await n.schedules.pause_schedule(schedule_id="paused")
+            await n.schedules.update_schedule(
+                schedule_id="edited",
+                expected_revision=created["revision"],
+                inputs={"edited": True},
+            )
+            assert await n.tick(instant) == 1
+            assert n.service.armed_used == 0
+            assert await n.statuses("paused") == []
+            [occurrence] = await n.occurrences("edited")
+            run = await n.server.api.inspect_run(occurrence["run_id"])
+            assert run["inputs"] == {"edited": True}
+
+    asyncio.run(main())
+
+
+def test_a_finished_run_after_arming_discards_the_preparation(
+    tmp_path: Path, clock: VirtualClock
+) -> None:
+    async def main() -> None:
+        async with node(tmp_path, clock) as n:
+            await deploy(n)
+            await create(n, "report", overlap="parallel", max_active_runs=2)
+            await n.tick(at(1))
+            [first] = await n.occurrences("report")
+            instant = armed_at(n, 2)
+            assert await n.service.arm(clock.now() + ARM_LEAD_S) == 1
+            await n.server.api.resume_run(first["run_id"], ANSWER)
+            assert await n.tick(instant) == 1
+            # Decided again with the finished run gone: the same admission.
+            assert (n.service.armed_used, n.service.armed_discarded) == (0, 1)
+            assert await n.statuses("report") == [(iso(1), "completed"), (iso(2), "interrupted")]
+
+    asyncio.run(main())
+
+
+def test_arming_leaves_an_instant_it_is_too_close_to_for_the_instant_itself(
+    tmp_path: Path, clock: VirtualClock
+) -> None:
+    async def main() -> None:
+        async with node(tmp_path, clock) as n:
+            await deploy(n)
+            await create(n, "report")
+            instant = at(1, 0)
+            clock.advance_to(instant - ARM_MARGIN_S / 2)
+            assert await n.service.arm(instant) == 0
+            assert await n.tick(instant) == 1
+            assert (n.service.armed_used, n.service.armed_discarded) == (0, 0)
 
     asyncio.run(main())

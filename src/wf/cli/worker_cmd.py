@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from wf.errors import InvalidArgument, WfError
+from wf.tuning import run as run_loop
+from wf.tuning import tune_gc
 from wf.worker import ActivityDefinition, Worker
 
 DEFAULT_SERVER: Final = "http://127.0.0.1:8765"
@@ -150,9 +152,11 @@ def run(args: argparse.Namespace) -> int:
     except WfError as exc:
         print(f"wf: error: {exc.message}", file=sys.stderr)
         return 2
+    # The app and its activities are imported: keep them out of full collections.
+    tune_gc()
     try:
         with contextlib.suppress(asyncio.CancelledError, KeyboardInterrupt):
-            asyncio.run(serve(worker))
+            run_loop(serve(worker))
     except WfError as exc:
         print(f"wf: error: {exc.message}", file=sys.stderr)
         return 1

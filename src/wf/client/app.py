@@ -496,9 +496,14 @@ class App:
         """Record a heartbeat; returns revocations the worker must act on."""
         return await self._call("heartbeat", worker_id=worker_id, stats=stats)
 
-    async def poll(self, worker_id: str, max_items: int = 1, wait_s: float = 20.0) -> PollResult:
-        """Long poll: up to ``max_items`` leases, waiting at most ``wait_s`` seconds."""
-        return await self._call("poll", worker_id=worker_id, max_items=max_items, wait_s=wait_s)
+    async def poll(
+        self, worker_id: str, max_items: int = 1, wait_s: float = 20.0, start: int = 0
+    ) -> PollResult:
+        """Long poll: up to ``max_items`` leases, waiting at most ``wait_s`` seconds; the
+        first ``start`` grants of activities that may run again are started on grant."""
+        return await self._call(
+            "poll", worker_id=worker_id, max_items=max_items, wait_s=wait_s, start=start
+        )
 
     async def shutdown_worker(self, worker_id: str) -> int:
         """Graceful shutdown; returns how many unstarted leases went back to the queue."""

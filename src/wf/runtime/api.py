@@ -84,6 +84,9 @@ class WorkflowAPI:
         for a scheduled run's resume); ``None``: none."""
         self.policies = None if policies is None else frozenset(policies)
         """Known scheduling policy groups (``None``: any name is accepted)."""
+        self.deployment_writes = 0
+        """Deployment saves committed through this API (a run prepared ahead of time is
+        stale once it moves: the schedule service's armed admissions)."""
 
     # ------------------------------------------------------------- artifacts
 
@@ -199,6 +202,8 @@ class WorkflowAPI:
         if current is not None and dep.same_settings(current, saved):
             return current
         await self.store.put_deployment(dep.deployment_row(saved), expected_revision=base)
+        # After the commit: whoever prepared a run before now sees the count move.
+        self.deployment_writes += 1
         return saved
 
     async def get_deployment(self, deployment_id: str, *, caller: Scope) -> dep.Deployment:

@@ -53,6 +53,11 @@ class Poll(_Command, frozen=True, kw_only=True, tag="poll"):
 
     worker_id: str
     max_items: int = 1
+    start: int = 0
+    """Of those, how many the worker begins the moment it receives them (it has idle
+    execution slots for them). Such a grant of an idempotent activity (or one whose
+    retry policy says ``restart_on_abandon``) is also its start (``LEASED`` then
+    ``EXECUTING`` in one commit), which saves the ``StartActivity`` round trip."""
 
 
 class CancelPoll(_Command, frozen=True, kw_only=True, tag="cancel_poll"):

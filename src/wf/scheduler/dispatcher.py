@@ -15,7 +15,9 @@ state exactly as it was.
 
 The data walk: ``Submit`` creates activities (``READY``), which go dormant in
 the timer heap (``DELAYED``) or into the ready queue (``QUEUED``). Workers
-``Poll`` to announce demand. After every command a *dispatch pass* matches
+``Poll`` to announce demand (and how many grants they will start on receipt:
+such a grant of an idempotent activity is its start too, ``LEASED`` then
+``EXECUTING`` in one commit). After every command a *dispatch pass* matches
 queued work to waiting workers: when one worker waits, it gets the policy's
 best activity among its eligible lanes; when several wait, the policy picks
 the best activity any of them may run and the load balancer picks which of
@@ -655,10 +657,13 @@ class SchedulerCore:
             raise InvalidArgument(
                 f"max_items must be 1..{self.config.poll_items_max}", field="max_items"
             )
+        if not 0 <= c.start <= c.max_items:
+            raise InvalidArgument(f"start must be 0..max_items ({c.max_items})", field="start")
         worker = self._active_worker(c.worker_id)
         self.registry.touch(worker, c.now)
         # free_slots is negative after a re-registration lowered max_concurrency.
         worker.demand = max(0, min(c.max_items, worker.free_slots))
+        worker.start_demand = min(c.start, worker.demand)
         if worker.demand > 0:
             self.waiting[worker.info.worker_id] = worker
         else:
@@ -799,7 +804,15 @@ class SchedulerCore:
                 and (a.state is _LEASED or a.state is _EXECUTING)
             ):
                 self.metrics.expired_leases += 1
+                holder = self.registry.workers.get(a.worker_id or "")
                 self._abandon(a, "lease_expired", now)
+                if holder is not None and holder.demand:
+                    # A worker that let a lease lapse has most likely died with a poll
+                    # still open on the server; granting it more (the requeued activity
+                    # first of all) would only wait for another expiry. A live one polls
+                    # again when its poll answers.
+                    holder.demand = holder.start_demand = 0
+                    self.waiting.pop(holder.info.worker_id, None)
         for worker in self.registry.pop_dead(now):
             self._lose_worker(worker, "missed_heartbeats", now)
         self._after(now)
@@ -927,6 +940,17 @@ class SchedulerCore:
     ) -> None:
         lease = self.leases.grant(a, worker.info.worker_id, now)
         self._to(a, _LEASED, "granted", now)
+        # Only where a lost grant is harmless: if the answer carrying it never reaches
+        # the worker, the lease expires and an activity that may run again is simply
+        # requeued. Any other activity keeps the StartActivity handshake, so "may have
+        # executed" stays exact for it.
+        started = worker.start_demand > 0 and (a.idempotent or a.retry.restart_on_abandon)
+        if started:
+            # Both transitions land in this command's one commit, so the store never
+            # holds a started activity whose grant it lacks.
+            worker.start_demand -= 1
+            a.attempt += 1
+            self._to(a, _EXECUTING, "started", now)
         worker.leases[a.activity_id] = lease.token
         worker.demand -= 1
         if worker.demand <= 0 or worker.free_slots <= 0:
@@ -948,6 +972,7 @@ class SchedulerCore:
                 workflow_id=a.workflow_id,
                 correlation_id=a.correlation_id,
                 payload=a.payload,
+                started=started,
             )
         )
 

@@ -300,6 +300,8 @@ class WorkerState(msgspec.Struct, kw_only=True):
     """Activity id -> fencing token of every lease it holds (insertion ordered)."""
     demand: int = 0
     """Leases it is waiting for (outstanding poll credit)."""
+    start_demand: int = 0
+    """How many of the next grants it starts on receipt (the poll's ``start``)."""
 
     @property
     def load(self) -> float:

@@ -28,6 +28,9 @@ class LeaseGranted(_Decision, frozen=True, kw_only=True, tag="lease_granted"):
     workflow_id: str
     correlation_id: str
     payload: bytes
+    started: bool = False
+    """The grant is also the start (the poll's ``start``): the activity is already
+    ``EXECUTING``; the worker runs it at once and must not report ``StartActivity``."""
 
 
 class LeaseRevoked(_Decision, frozen=True, kw_only=True, tag="lease_revoked"):

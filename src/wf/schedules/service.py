@@ -20,6 +20,24 @@ occurrences, the schedule's new watermark and counters, and the admitted run.
 A schedule is also reconsidered at once when it changes or when one of its
 runs finishes (a held candidate may go, overlap may have room).
 
+**Armed admissions.** Only the commit should happen at an instant. So the
+loop wakes :data:`ARM_LEAD_S` early and *arms* what is due by then
+(:meth:`ScheduleService.arm`): on a private copy of the cached schedule it
+decides the step as of the instant and prepares the run (deployment read,
+inputs validated). At the instant ``tick`` uses the preparation only if
+nothing it read has changed: the schedule's revision (an edit, pause or
+delete also drops it), the schedule's unfinished-run count, the deployment
+saves (:attr:`~wf.runtime.api.WorkflowAPI.deployment_writes`), and ``now``
+still before the trigger's following instant and within the misfire
+allowance, so ``next_step`` would decide the same. Otherwise it is discarded
+and the step decided afresh (:attr:`ScheduleService.armed_discarded`). The
+run's ``created_at`` (and deadline) is the commit's time. The service and the
+API are the schedules' only writers (one server owns the store), so the
+service keeps the last committed copy of each schedule in memory and reads the
+store only after a failed step; the commit's expected revision still guards
+every write. Arming never delays an instant: it stops :data:`ARM_MARGIN_S`
+before the earliest one and prepares at most :data:`ARM_MAX` per wake.
+
 **Execution slots.** ``max_concurrent_runs`` bounds scheduled runs in status
 ``running`` plus scheduled resumes in progress. An admitted run waits in
 ``admitted`` (it counts for overlap) until a slot is free; runs begin in
@@ -51,20 +69,49 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
+
 from wf.clock import Clock, sleep_until
 from wf.errors import Conflict, CorruptRecord, Draining, NotFound, Overloaded, WfError
 from wf.runtime.engine import RunEngine
+from wf.runtime.plan import Plan
 from wf.runtime.runs import Run, RunStatus, run_from_row, run_row
 from wf.runtime.runs import Trigger as RunTrigger
 from wf.schedules.admission import Occurrence, Step, next_step, next_wake
 from wf.schedules.api import ScheduleAPI, occurrence_row
 from wf.schedules.config import ScheduleServiceConfig
-from wf.schedules.model import Schedule, schedule_from_row, schedule_row
+from wf.schedules.model import Schedule, next_instant_after, schedule_from_row, schedule_row
 
 log = logging.getLogger("wf.schedules")
 
 LATENESS_SAMPLES_MAX: Final = 10_000
 """Admission lateness samples kept for the metrics and the benchmark."""
+ARM_LEAD_S: Final = 0.1
+"""How long before an instant the loop prepares its admission (see "Armed admissions")."""
+ARM_MAX: Final = 64
+"""Most admissions prepared ahead of one wake-up; the rest are prepared at their instant."""
+ARM_MARGIN_S: Final = 0.002
+"""Arming stops this close to the earliest instant it prepares, so it never delays it."""
+
+
+@dataclass(slots=True)
+class _Armed:
+    """An admission prepared ahead of its instant, valid while nothing it read changed."""
+
+    instant: float
+    revision: int
+    """The schedule revision it was computed from."""
+    unfinished: int
+    """The schedule's unfinished scheduled runs then (overlap)."""
+    deployment_writes: int
+    """:attr:`WorkflowAPI.deployment_writes` then (the pinned deployment)."""
+    valid_until: float
+    """The trigger's following instant, or the misfire allowance's end if sooner."""
+    schedule: Schedule
+    """A private copy with ``step`` applied."""
+    step: Step
+    run: Run
+    plan: Plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +159,13 @@ class ScheduleService:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._heard: set[str] | None = None
+        self._schedules: dict[str, Schedule] = {}
+        """Latest committed schedules (the service and the API are their only writers)."""
+        self._armed: dict[str, _Armed] = {}
+        self.armed_used = 0
+        """Admissions committed from an armed preparation."""
+        self.armed_discarded = 0
+        """Armed preparations found stale at their instant (prepared again then)."""
 
     # ----------------------------------------------------------- lifecycle
 
@@ -141,6 +195,7 @@ class ScheduleService:
             except CorruptRecord as exc:
                 self.blocked[stored.schedule_id] = exc.message
                 continue
+            self._schedules[schedule.schedule_id] = schedule
             self._plan_wake(schedule)
             self._dirty.add(schedule.schedule_id)
         for schedule_id, why in self.blocked.items():
@@ -184,6 +239,8 @@ class ScheduleService:
             self.api.listeners.remove(self._on_schedule)
         if self.api.workflow.resume_gate == self.resume_gate:
             self.api.workflow.resume_gate = None
+        self._armed.clear()
+        self._schedules.clear()
         self.state = "stopped"
 
     # --------------------------------------------------------------- loop
@@ -194,12 +251,22 @@ class ScheduleService:
                 await self.tick()
             except WfError:
                 log.exception("schedule service: a tick failed; retrying after the poll interval")
+            if self._dirty or self._startable():
+                continue
+            try:
+                await self.arm(self.clock.now() + ARM_LEAD_S)
+            except WfError:
+                log.exception("schedule service: preparing admissions failed")
+            if self._dirty or self._startable():
+                continue
             now = self.clock.now()
             until = now + self.config.poll_interval_s
             if self._heap:
-                until = min(until, self._heap[0][0])
-            if self._dirty or self._startable():
-                continue
+                wake, schedule_id = self._heap[0]
+                armed = self._armed.get(schedule_id)
+                if (armed is None or armed.instant != wake) and wake - ARM_LEAD_S > now:
+                    wake -= ARM_LEAD_S  # wake early enough to prepare it
+                until = min(until, wake)
             self._wake.clear()
             await sleep_until(self.clock, until, self._wake)
 
@@ -235,48 +302,152 @@ class ScheduleService:
     async def _admit(self, schedule_id: str, now: float) -> int:
         recorded = 0
         async with self.api.locks[schedule_id]:
-            row = await self.api.store.get_schedule(schedule_id)
-            if row is None:
+            armed = self._armed.pop(schedule_id, None)
+            # Taken out while in use: if a step fails half-way, the next pass reads
+            # the stored record instead of this partly advanced copy.
+            schedule = self._schedules.pop(schedule_id, None)
+            if schedule is None:
+                schedule = await self._read(schedule_id)
+                if schedule is None:
+                    return 0
+            if schedule.deleted:
                 return 0
-            try:
-                schedule = schedule_from_row(row)
-            except CorruptRecord as exc:
-                self.blocked[schedule_id] = exc.message
-                log.error("schedule %s blocked: %s", schedule_id, exc.message)
+            if schedule.paused or schedule_id in self.blocked:
+                self._schedules[schedule_id] = schedule
                 return 0
-            if schedule.deleted or schedule.paused or schedule_id in self.blocked:
-                return 0
+            unfinished = len(self._unfinished[schedule_id])
+            if armed is not None and not self._still_valid(armed, schedule, unfinished, now):
+                self.armed_discarded += 1
+                armed = None
             while self.state == "running":
                 base = schedule.revision
-                step = next_step(
-                    schedule,
-                    now,
-                    unfinished=len(self._unfinished[schedule_id]),
-                    allowance_s=self.config.misfire_lateness_s,
-                )
-                if step is None:
-                    break
+                prepared: tuple[Run, Plan] | None = None
+                if armed is not None:
+                    schedule, step = armed.schedule, armed.step
+                    prepared = (_created_at(armed.run, now), armed.plan)
+                    armed = None
+                    self.armed_used += 1
+                else:
+                    maybe = next_step(
+                        schedule,
+                        now,
+                        unfinished=len(self._unfinished[schedule_id]),
+                        allowance_s=self.config.misfire_lateness_s,
+                    )
+                    if maybe is None:
+                        break
+                    step = maybe
                 schedule.revision = base + 1
                 schedule.updated_at = now
-                await self._store_step(schedule, base, step, now)
+                await self._store_step(schedule, base, step, now, prepared)
                 recorded += len(step.record)
+            self._schedules[schedule_id] = schedule
             self._plan_wake(schedule)
         return recorded
 
-    async def _store_step(self, schedule: Schedule, base: int, step: Step, now: float) -> None:
+    async def _read(self, schedule_id: str) -> Schedule | None:
+        """The stored schedule; ``None`` if absent or blocked as corrupt."""
+        row = await self.api.store.get_schedule(schedule_id)
+        if row is None:
+            return None
+        try:
+            return schedule_from_row(row)
+        except CorruptRecord as exc:
+            self.blocked[schedule_id] = exc.message
+            log.error("schedule %s blocked: %s", schedule_id, exc.message)
+            return None
+
+    # ------------------------------------------------------ armed admissions
+
+    async def arm(self, horizon: float) -> int:
+        """Prepare the admissions of schedules due by ``horizon`` (see the module doc).
+
+        Returns how many were armed. Only the loop calls it, ``ARM_LEAD_S`` ahead;
+        a preparation is used at the instant only if nothing it read has changed."""
+        if self.state != "running":
+            return 0
+        due: list[tuple[float, str]] = []
+        while self._heap and self._heap[0][0] <= horizon and len(due) < ARM_MAX:
+            entry = heapq.heappop(self._heap)
+            if self._wake_at.get(entry[1]) == entry[0]:
+                due.append(entry)
+        for entry in due:
+            heapq.heappush(self._heap, entry)
+        armed = 0
+        for wake, schedule_id in due:
+            if self.clock.now() >= due[0][0] - ARM_MARGIN_S:
+                break  # the instant itself has priority
+            current = self._armed.get(schedule_id)
+            if current is not None and current.instant == wake:
+                continue
+            if await self._arm_one(schedule_id, wake):
+                armed += 1
+        return armed
+
+    async def _arm_one(self, schedule_id: str, instant: float) -> bool:
+        schedule = self._schedules.get(schedule_id)
+        if schedule is None or schedule.paused or schedule.deleted or schedule_id in self.blocked:
+            return False
+        unfinished = len(self._unfinished[schedule_id])
+        writes = self.api.workflow.deployment_writes
+        copy = _copy(schedule)
+        step = next_step(
+            copy, instant, unfinished=unfinished, allowance_s=self.config.misfire_lateness_s
+        )
+        if step is None or step.admit is None:
+            return False  # nothing to admit then: the instant's own pass records it
+        try:
+            run, plan = await self._prepare(copy, step.admit)
+        except WfError:
+            return False  # the instant's own pass records the rejection
+        following = next_instant_after(schedule.trigger, instant)
+        limit = instant + self.config.misfire_lateness_s
+        self._armed[schedule_id] = _Armed(
+            instant=instant,
+            revision=schedule.revision,
+            unfinished=unfinished,
+            deployment_writes=writes,
+            valid_until=limit if following is None else min(following, limit),
+            schedule=copy,
+            step=step,
+            run=run,
+            plan=plan,
+        )
+        return True
+
+    def _still_valid(self, armed: _Armed, schedule: Schedule, unfinished: int, now: float) -> bool:
+        """Whether ``next_step`` at ``now`` would decide what ``armed`` decided then."""
+        return (
+            armed.revision == schedule.revision
+            and armed.unfinished == unfinished
+            and armed.deployment_writes == self.api.workflow.deployment_writes
+            and armed.instant <= now < armed.valid_until
+        )
+
+    async def _prepare(self, schedule: Schedule, instant: float) -> tuple[Run, Plan]:
+        return await self.api.workflow.prepare_run(
+            schedule.deployment_id,
+            schedule.inputs,
+            caller=_SYSTEM,
+            max_steps=schedule.max_steps,
+            trigger=RunTrigger(
+                kind="schedule", schedule_id=schedule.schedule_id, occurrence=instant
+            ),
+        )
+
+    async def _store_step(
+        self,
+        schedule: Schedule,
+        base: int,
+        step: Step,
+        now: float,
+        prepared: tuple[Run, Plan] | None = None,
+    ) -> None:
         run = plan = None
         record = list(step.record)
         if step.admit is not None:
             try:
-                run, plan = await self.api.workflow.prepare_run(
-                    schedule.deployment_id,
-                    schedule.inputs,
-                    caller=_SYSTEM,
-                    max_steps=schedule.max_steps,
-                    trigger=RunTrigger(
-                        kind="schedule", schedule_id=schedule.schedule_id, occurrence=step.admit
-                    ),
-                )
+                run, plan = prepared or await self._prepare(schedule, step.admit)
                 self.engine.node.core.backpressure.admit_new_workflow(now)
             except WfError as exc:  # Overloaded (backpressure) included
                 record = [
@@ -388,6 +559,8 @@ class ScheduleService:
         self._wake.set()
 
     def _on_schedule(self, schedule: Schedule) -> None:
+        self._schedules[schedule.schedule_id] = _copy(schedule)
+        self._armed.pop(schedule.schedule_id, None)
         self._plan_wake(schedule)
         self._dirty.add(schedule.schedule_id)
         self._wake.set()
@@ -401,6 +574,21 @@ class ScheduleService:
     def slots_in_use(self) -> int:
         """Execution slots taken (running scheduled runs plus resumes in progress)."""
         return len(self._running) + len(self._resuming)
+
+
+_encoder: Final = msgspec.json.Encoder()
+_decoder: Final = msgspec.json.Decoder(Schedule)
+
+
+def _copy(schedule: Schedule) -> Schedule:
+    """A deep copy (admission decisions change a schedule in place)."""
+    return _decoder.decode(_encoder.encode(schedule))
+
+
+def _created_at(run: Run, now: float) -> Run:
+    """A run prepared ahead of time as if prepared at ``now`` (its creation and deadline)."""
+    deadline = None if run.deadline is None else run.deadline - run.created_at + now
+    return msgspec.structs.replace(run, created_at=now, deadline=deadline)
 
 
 def build_scheduler_service(

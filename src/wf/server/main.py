@@ -41,6 +41,7 @@ from wf.server.config import ServerConfig, ServerSection, load_config
 from wf.server.local import LocalStaticServer
 from wf.server.logs import configure_logging
 from wf.server.sample import RunProgressLogger, SampleReport, install_sample
+from wf.tuning import run, tune_gc
 
 SAMPLE_WORKERS = 2
 """In-process workers ``--sample`` runs unless ``--workers`` says otherwise."""
@@ -138,6 +139,9 @@ async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False)
     if sample:
         server.engine.listeners.append(RunProgressLogger())
     await local.start()
+    # Booted (recovery included): keep what lives as long as the process out of
+    # the collector's full passes (wf.tuning).
+    tune_gc()
     report = server.recovery
     print(
         json.dumps(
@@ -216,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(config.server.observability)
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve(config, workers=workers, sample=args.sample))
+            run(serve(config, workers=workers, sample=args.sample))
     except WfError as exc:
         print(f"wf-rpc-server: error: {exc.message}", file=sys.stderr)
         return 1

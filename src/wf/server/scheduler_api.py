@@ -108,6 +108,8 @@ class PollParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     worker_id: str
     max_items: int = 1
     wait_s: float = 20.0
+    start: int = 0
+    """How many of the leases the worker begins on receipt (see ``Poll.start``)."""
 
 
 class WorkerIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -390,9 +392,10 @@ class SchedulerAPI:
         return self._revoked.pop(worker_id, [])
 
     async def poll(
-        self, worker_id: str, max_items: int, wait_s: float, caller: Caller
+        self, worker_id: str, max_items: int, wait_s: float, caller: Caller, *, start: int = 0
     ) -> PollResult:
-        """Long poll: up to ``max_items`` leases, waiting at most ``wait_s`` seconds."""
+        """Long poll: up to ``max_items`` leases, waiting at most ``wait_s`` seconds; the
+        first ``start`` grants are started on grant (the worker runs them on receipt)."""
         self._check_worker(caller, worker_id)
         if not 0 <= wait_s <= POLL_WAIT_MAX_S:
             raise InvalidArgument(f"wait_s must be 0..{POLL_WAIT_MAX_S}", field="wait_s")
@@ -401,7 +404,7 @@ class SchedulerAPI:
         arrived = self._arrived[worker_id]
         arrived.clear()
         await self.node.execute(
-            lambda now: cmd.Poll(now=now, worker_id=worker_id, max_items=max_items)
+            lambda now: cmd.Poll(now=now, worker_id=worker_id, max_items=max_items, start=start)
         )
         if not self._mailbox.get(worker_id) and wait_s > 0 and not self._draining:
             # asyncio.timeout, not wait_for: no extra task per poll, and a grant
@@ -590,7 +593,7 @@ class SchedulerAPI:
             return {"revoked": await self.heartbeat(p.worker_id, p.stats, c)}
 
         async def poll(p: PollParams, c: Caller) -> PollResult:
-            return await self.poll(p.worker_id, p.max_items, p.wait_s, c)
+            return await self.poll(p.worker_id, p.max_items, p.wait_s, c, start=p.start)
 
         async def shutdown(p: WorkerIdParams, c: Caller) -> dict[str, int]:
             return {"returned": await self.shutdown_worker(p.worker_id, c)}

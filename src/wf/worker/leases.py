@@ -63,7 +63,9 @@ class WorkerCounters:
     received: int = 0
     """Leases received."""
     started: int = 0
-    """Starts the server acknowledged."""
+    """Starts the server acknowledged (those started on grant included)."""
+    started_on_grant: int = 0
+    """Leases whose grant was also their start (no ``scheduler.leases.start`` sent)."""
     completed: int = 0
     """Completions the server acknowledged."""
     failed: int = 0

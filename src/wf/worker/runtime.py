@@ -561,6 +561,9 @@ class Worker:
             if want <= 0:
                 await self._slot_freed.wait()
                 continue
+            # Slots idle now stay idle until this answer arrives (only this loop fills
+            # the buffer), so grants for them may be started on grant.
+            start = max(0, min(want, self.max_concurrency - self._executing - len(self._buffer)))
             try:
                 async with asyncio.timeout(self.poll_wait_s + CALL_TIMEOUT_MARGIN_S):
                     raw = await self._client.call(
@@ -569,6 +572,7 @@ class Worker:
                             "worker_id": self.worker_id,
                             "max_items": want,
                             "wait_s": self.poll_wait_s,
+                            "start": start,
                         },
                     )
             except Unauthorized as exc:
@@ -614,7 +618,11 @@ class Worker:
             )
             held = HeldLease(grant=grant, context=ActivityContext(info=info))
             self._held[lease.token] = held
-            self._buffer.append(held)
+            if grant.started:
+                # Already EXECUTING on the server: it goes first, ahead of prefetched work.
+                self._buffer.appendleft(held)
+            else:
+                self._buffer.append(held)
             self.counters.received += 1
             if debug:
                 log.debug(
@@ -632,7 +640,9 @@ class Worker:
 
     def _pump(self) -> None:
         """Start buffered leases while execution slots are free."""
-        while self._buffer and self._executing < self.max_concurrency and not self._draining:
+        while self._buffer and self._executing < self.max_concurrency:
+            if self._draining and not self._buffer[0].grant.started:
+                break  # the server takes unstarted leases back; started ones are run
             held = self._buffer.popleft()
             self._executing += 1
             held.status = LeaseStatus.EXECUTING
@@ -686,8 +696,11 @@ class Worker:
         try:
             ending: Ending | None = None
             try:
-                if await self._fenced_call(held, "scheduler.leases.start", held.fenced()):
+                if held.grant.started or await self._fenced_call(
+                    held, "scheduler.leases.start", held.fenced()
+                ):
                     self.counters.started += 1
+                    self.counters.started_on_grant += held.grant.started
                     ending = await self._execute(held)
             finally:
                 self._executing -= 1

@@ -1,0 +1,138 @@
+"""``Poll.start``: a grant that is also the start, for activities that may run again.
+
+A worker with idle execution slots says how many of its grants it starts on
+receipt. For an idempotent activity (or one whose retry policy says
+``restart_on_abandon``) the core then records ``LEASED`` and ``EXECUTING`` in
+the same outcome, so one commit holds both and the ``StartActivity`` round
+trip disappears. Any other activity keeps the explicit start, so a grant lost
+on the way still never passes for an execution.
+"""
+
+from __future__ import annotations
+
+import pytest
+from _core_helpers import T0, Driver, act, fingerprint, of_type
+
+from wf.errors import IllegalTransition, InvalidArgument
+from wf.scheduler import commands as cmd
+from wf.scheduler.config import SchedulerConfig
+from wf.scheduler.model import ActivityState, RetryPolicy
+from wf.scheduler.outputs import ActivityFailed, LeaseGranted, Transition
+
+S = ActivityState
+TTL = 30.0
+
+
+def granted(d: Driver, n: int, start: int) -> list[LeaseGranted]:
+    out = d.do(cmd.Poll, worker_id="w1", max_items=n, start=start)
+    return of_type(out.decisions, LeaseGranted)
+
+
+def test_an_idempotent_grant_is_its_start_in_one_outcome() -> None:
+    d = Driver()
+    d.register("w1", max_concurrency=2)
+    d.submit(act("a", idempotent=True))
+    out = d.do(cmd.Poll, worker_id="w1", max_items=1, start=1)
+    (grant,) = of_type(out.decisions, LeaseGranted)
+    assert grant.started
+    steps = [(r.from_state, r.to_state, r.reason) for r in of_type(out.records, Transition)]
+    assert steps[-2:] == [(S.QUEUED, S.LEASED, "granted"), (S.LEASED, S.EXECUTING, "started")]
+    a = d.core.activities["a"]
+    assert (a.state, a.attempt) == (S.EXECUTING, 1)
+    # The worker never sends StartActivity for it; one that arrives anyway is refused.
+    with pytest.raises(IllegalTransition):
+        d.core.handle(cmd.StartActivity(now=d.now, activity_id="a", token=grant.lease.token))
+    d.complete(grant.lease, result=b"ok")
+    assert d.core.finished["a"] is S.COMPLETED
+
+
+def test_restart_on_abandon_counts_as_safe_to_start_on_grant() -> None:
+    d = Driver()
+    d.register("w1")
+    d.submit(act("a", retry=RetryPolicy(restart_on_abandon=True)))
+    (grant,) = granted(d, 1, start=1)
+    assert grant.started
+
+
+def test_a_non_idempotent_grant_keeps_the_explicit_start() -> None:
+    d = Driver()
+    d.register("w1")
+    d.submit(act("a"))
+    (grant,) = granted(d, 1, start=1)
+    assert not grant.started
+    assert d.core.activities["a"].state is S.LEASED
+    d.start(grant.lease)
+    assert d.core.activities["a"].state is S.EXECUTING
+
+
+def test_only_start_many_grants_are_started_the_rest_wait_for_a_slot() -> None:
+    d = Driver()
+    d.register("w1", max_concurrency=4)
+    d.submit(*(act(f"a{i}", idempotent=True) for i in range(3)))
+    grants = granted(d, 3, start=2)
+    assert [g.started for g in grants] == [True, True, False]
+    states = [d.core.activities[g.lease.activity_id].state for g in grants]
+    assert states == [S.EXECUTING, S.EXECUTING, S.LEASED]
+
+
+def test_without_start_nothing_changes() -> None:
+    d = Driver()
+    d.register("w1")
+    d.submit(act("a", idempotent=True))
+    (grant,) = granted(d, 1, start=0)
+    assert not grant.started
+    assert d.core.activities["a"].state is S.LEASED
+
+
+def test_start_demand_lasts_for_the_poll_that_gave_it() -> None:
+    d = Driver()
+    d.register("w1", max_concurrency=4)
+    assert granted(d, 2, start=1) == []  # nothing queued: the demand waits
+    d.submit(act("a", idempotent=True))
+    d.submit(act("b", idempotent=True))
+    started = [g.started for g in of_type(d.decisions, LeaseGranted)]
+    assert started == [True, False]
+
+
+@pytest.mark.parametrize("start", [-1, 2])
+def test_start_out_of_range_is_refused_and_changes_nothing(start: int) -> None:
+    d = Driver()
+    d.register("w1")
+    d.submit(act("a", idempotent=True))
+    before = fingerprint(d.core)
+    with pytest.raises(InvalidArgument) as info:
+        d.core.handle(cmd.Poll(now=d.now, worker_id="w1", max_items=1, start=start))
+    assert info.value.details["field"] == "start"
+    assert fingerprint(d.core) == before
+
+
+def test_a_started_grant_that_never_arrived_expires_and_is_requeued() -> None:
+    d = Driver(SchedulerConfig(lease_ttl_s=TTL))
+    d.register("w1")
+    d.submit(act("a", idempotent=True))
+    (grant,) = granted(d, 1, start=1)
+    assert grant.started
+    # The answer carrying it is lost: no renewal, no result.
+    d.now = T0 + TTL + 1
+    out = d.do(cmd.Tick)
+    assert not of_type(out.decisions, ActivityFailed)
+    a = d.core.activities["a"]
+    assert a.state in (S.QUEUED, S.DELAYED, S.READY)
+
+
+def test_a_worker_whose_lease_lapsed_gets_nothing_more_until_it_polls_again() -> None:
+    d = Driver(SchedulerConfig(lease_ttl_s=TTL))
+    d.register("w1", max_concurrency=2)
+    d.submit(act("a", idempotent=True))
+    (grant,) = granted(d, 2, start=2)  # one grant, one more slot still asked for
+    assert grant.started
+    # w1 dies with its poll open: the lease lapses and the requeued activity must
+    # not go back to the same stale poll (a start that would never happen).
+    d.now = T0 + TTL + 1
+    out = d.do(cmd.Tick)
+    assert not of_type(out.decisions, LeaseGranted)
+    assert d.core.activities["a"].state is S.QUEUED
+    assert "w1" not in d.core.waiting
+    # A live w1 polls again and gets it.
+    (again,) = granted(d, 1, start=1)
+    assert (again.lease.activity_id, again.started) == ("a", True)
