@@ -42,6 +42,15 @@ Five figures, each measured through the same code a scheduler node runs:
 Medians of a few repetitions are reported where a repetition is cheap (the
 machine may be shared). ``--quick`` shrinks every size for the CI smoke test;
 ``--profile-recovery`` runs the SQLite recovery in-process under cProfile.
+``--recovery-only`` measures the SQLite recovery alone; ``--queued`` and
+``--leased`` resize its store (e.g. 10^5 to profile quickly), and
+``--keep-store DIR`` builds it in ``DIR`` once and reuses it on later runs
+(with the same sizes), so before/after comparisons skip the long build and
+read the very same file::
+
+    uv run python bench/store.py --recovery-only --keep-store /tmp/wf-rec-1m
+    uv run python bench/store.py --profile-recovery --queued 100000 --leased 1000
+
 The last line printed is always one JSON object; everything before it is
 progress.
 """
@@ -51,6 +60,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import dataclasses
 import datetime
 import gc
 import io
@@ -670,14 +680,23 @@ def say_recovery(label: str, i: int, total: int, r: dict[str, Any]) -> None:
     )
 
 
-def bench_sqlite_recovery(plan: Plan, scratch: Path) -> dict[str, Any]:
-    root = scratch / "recovery"
-    total = plan.sqlite_queued + plan.sqlite_leased
+def recovery_store(plan: Plan, root: Path) -> float:
+    """Build the SQLite recovery store in ``root``; an already built one (``--keep-store``)
+    is reused as it is. Returns the build time (0 when reused)."""
+    if (root / DB_NAME).exists():
+        say(f"reusing the SQLite store in {root} (built earlier with --keep-store)")
+        return 0.0
     say(f"building a SQLite store: {plan.sqlite_queued:,} queued + {plan.sqlite_leased:,} leased")
     started = time.perf_counter()
     store = SQLiteStore(root, durability="process")  # the build is not what is measured
     asyncio.run(build_store(store, plan.sqlite_queued, plan.sqlite_leased, plan.lease_workers))
-    build_s = time.perf_counter() - started
+    return time.perf_counter() - started
+
+
+def bench_sqlite_recovery(plan: Plan, scratch: Path, keep: Path | None = None) -> dict[str, Any]:
+    root = keep if keep is not None else scratch / "recovery"
+    total = plan.sqlite_queued + plan.sqlite_leased
+    build_s = recovery_store(plan, root)
     sizes = sqlite_files_bytes(root)
     per_activity = (sizes[DB_NAME] + sizes[DB_NAME + "-wal"]) / total
     say(f"  built in {build_s:.1f} s; files {sizes}; {per_activity:,.0f} bytes per activity")
@@ -691,7 +710,8 @@ def bench_sqlite_recovery(plan: Plan, scratch: Path) -> dict[str, Any]:
         sqlite_build_s=round(build_s, 1),
         sqlite_files_bytes=sizes,
     )
-    shutil.rmtree(root, ignore_errors=True)
+    if keep is None:
+        shutil.rmtree(root, ignore_errors=True)
     return result
 
 
@@ -729,12 +749,10 @@ def bench_postgres_recovery(plan: Plan, dsn: str) -> dict[str, Any]:
     return result
 
 
-def profile_recovery(plan: Plan, scratch: Path) -> list[dict[str, Any]]:
+def profile_recovery(plan: Plan, scratch: Path, keep: Path | None = None) -> list[dict[str, Any]]:
     """Build the SQLite store, then run its recovery in-process under cProfile."""
-    root = scratch / "profile"
-    say(f"building a SQLite store: {plan.sqlite_queued:,} queued + {plan.sqlite_leased:,} leased")
-    store = SQLiteStore(root, durability="process")
-    asyncio.run(build_store(store, plan.sqlite_queued, plan.sqlite_leased, plan.lease_workers))
+    root = keep if keep is not None else scratch / "profile"
+    recovery_store(plan, root)
     profiler = cProfile.Profile()
     gc.collect()
     profiler.enable()
@@ -750,7 +768,8 @@ def profile_recovery(plan: Plan, scratch: Path) -> list[dict[str, Any]]:
     raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]]
     raw = stats.stats  # type: ignore[attr-defined]
     rows = sorted(raw.items(), key=lambda kv: kv[1][2], reverse=True)[:PROFILE_TOP]
-    shutil.rmtree(root, ignore_errors=True)
+    if keep is None:
+        shutil.rmtree(root, ignore_errors=True)
     return [
         {
             "function": f"{os.path.basename(path)}:{line}({name})",
@@ -840,6 +859,26 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL figures")
     parser.add_argument("--scratch", type=Path, default=None, help="folder for SQLite stores")
+    parser.add_argument(
+        "--recovery-only",
+        action="store_true",
+        help="only the SQLite recovery figure (no throughput, no PostgreSQL)",
+    )
+    parser.add_argument(
+        "--queued", type=int, default=None, help="queued activities of the SQLite recovery store"
+    )
+    parser.add_argument(
+        "--leased", type=int, default=None, help="leased activities of the SQLite recovery store"
+    )
+    parser.add_argument(
+        "--repetitions", type=int, default=None, help="SQLite recovery runs (median reported)"
+    )
+    parser.add_argument(
+        "--keep-store",
+        type=Path,
+        default=None,
+        help="build the SQLite recovery store here and keep it; reuse it if already built",
+    )
     # Internal: one recovery measurement in a fresh process.
     parser.add_argument("--child-recover", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--backend", choices=("sqlite", "postgres"), help=argparse.SUPPRESS)
@@ -855,7 +894,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child_recover:
         return child_main(args)
     plan = QUICK if args.quick else FULL
+    resized = {
+        name: value
+        for name, value in (
+            ("sqlite_queued", args.queued),
+            ("sqlite_leased", args.leased),
+            ("recovery_repetitions", args.repetitions),
+        )
+        if value is not None
+    }
+    if resized:
+        plan = dataclasses.replace(plan, **resized)
+        plan = dataclasses.replace(
+            plan, lease_workers=max(1, min(plan.lease_workers, plan.sqlite_leased))
+        )
     mode = ("quick" if args.quick else "full") + ("-profile" if args.profile_recovery else "")
+    if args.recovery_only:
+        mode += "-recovery"
     say(f"wf store benchmark ({mode}), Python {platform.python_version()}")
     dsn: str | None = None
     postgres_note: str | None = (
@@ -863,7 +918,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.profile_recovery
         else "disabled with --no-postgres"
     )
-    if not args.no_postgres and not args.profile_recovery:
+    if args.recovery_only:
+        postgres_note = "not measured with --recovery-only"
+    if not args.no_postgres and not args.profile_recovery and not args.recovery_only:
         why = postgres_reachable(args.postgres_dsn)
         if why is None:
             dsn, postgres_note = args.postgres_dsn, None
@@ -873,7 +930,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="wf-bench-store-", dir=args.scratch))
     try:
         if args.profile_recovery:
-            result: dict[str, Any] = {"profile_top_by_tottime": profile_recovery(plan, scratch)}
+            result: dict[str, Any] = {
+                "profile_top_by_tottime": profile_recovery(plan, scratch, args.keep_store)
+            }
+        elif args.recovery_only:
+            result = bench_sqlite_recovery(plan, scratch, args.keep_store)
+            say(f"sqlite recovery median {result['sqlite_recovery_s']:.2f} s")
         else:
             result = run_benchmarks(plan, dsn, scratch)
     finally:

@@ -1,4 +1,5 @@
-"""``Poll.start``: a grant that is also the start, for activities that may run again.
+"""Starts without a round trip, for activities that may run again: ``Poll.start`` and
+``unreported_start``.
 
 A worker with idle execution slots says how many of its grants it starts on
 receipt. For an idempotent activity (or one whose retry policy says
@@ -136,3 +137,71 @@ def test_a_worker_whose_lease_lapsed_gets_nothing_more_until_it_polls_again() ->
     # A live w1 polls again and gets it.
     (again,) = granted(d, 1, start=1)
     assert (again.lease.activity_id, again.started) == ("a", True)
+
+
+# --- a result that carries its own start ------------------------------------------------------
+
+
+def test_a_may_restart_grant_says_so_and_its_result_may_carry_the_start() -> None:
+    d = Driver()
+    d.register("w1")
+    d.submit(act("a", idempotent=True))
+    (grant,) = granted(d, 1, start=0)
+    assert (grant.started, grant.may_restart) == (False, True)
+    out = d.do(
+        cmd.Complete,
+        activity_id="a",
+        token=grant.lease.token,
+        result=b"ok",
+        unreported_start=True,
+    )
+    steps = [(r.from_state, r.to_state, r.reason) for r in of_type(out.records, Transition)]
+    assert steps == [
+        (S.LEASED, S.EXECUTING, "started"),
+        (S.EXECUTING, S.COMPLETED, "completed"),
+    ]
+    assert d.core.finished["a"] is S.COMPLETED
+
+
+def test_a_failure_may_carry_the_start_and_counts_one_attempt() -> None:
+    d = Driver()
+    d.register("w1")
+    d.submit(act("a", idempotent=True, retry=RetryPolicy(max_attempts=3, jitter_fraction=0.0)))
+    (grant,) = granted(d, 1, start=0)
+    d.do(
+        cmd.Fail,
+        activity_id="a",
+        token=grant.lease.token,
+        error_type="Boom",
+        unreported_start=True,
+    )
+    a = d.core.activities["a"]
+    assert (a.attempt, a.failures) == (1, 1)
+    assert a.state in (S.DELAYED, S.QUEUED)
+
+
+def test_a_result_after_a_reported_start_may_still_say_unreported() -> None:
+    # The deferred report and the result crossed: the start is simply already there.
+    d = Driver()
+    d.register("w1")
+    d.submit(act("a", idempotent=True))
+    (grant,) = granted(d, 1, start=0)
+    d.start(grant.lease)
+    out = d.do(cmd.Complete, activity_id="a", token=grant.lease.token, unreported_start=True)
+    steps = [(r.from_state, r.to_state) for r in of_type(out.records, Transition)]
+    assert steps == [(S.EXECUTING, S.COMPLETED)]
+    assert d.core.finished["a"] is S.COMPLETED
+
+
+def test_an_activity_that_must_not_run_twice_cannot_skip_its_start() -> None:
+    d = Driver()
+    d.register("w1")
+    d.submit(act("a"))
+    (grant,) = granted(d, 1, start=0)
+    assert not grant.may_restart
+    before = fingerprint(d.core)
+    with pytest.raises(IllegalTransition):
+        d.core.handle(
+            cmd.Complete(now=d.now, activity_id="a", token=grant.lease.token, unreported_start=True)
+        )
+    assert fingerprint(d.core) == before

@@ -266,11 +266,12 @@ def test_sync_and_async_activities_complete(tmp_path: Path) -> None:
             assert worker.counters.completed == 20
             assert worker.counters.lost == 0
             calls, batches = worker.lease_calls
-            # 20 completions and a start for each lease not started on grant (those
-            # granted into idle slots); several went out together.
-            on_grant = worker.counters.started_on_grant
-            assert worker.counters.started == 20
-            assert calls >= 20 + (20 - on_grant)
+            # 20 completions and a start call for each lease neither started on grant
+            # (granted into an idle slot) nor reported with its result; several went
+            # out together.
+            counters = worker.counters
+            assert counters.started == 20
+            assert calls >= 20 + (20 - counters.started_on_grant - counters.unreported_starts)
             assert batches < calls
             workers = await admin.call("scheduler.workers.list", {})
             (view,) = workers
@@ -432,6 +433,72 @@ def test_leases_are_renewed_for_activities_longer_than_the_ttl(tmp_path: Path) -
             assert [r["to_state"] for r in rows] == ["queued", "leased", "executing", "completed"]
             assert rows[-1]["attempt"] == 1
             assert rows[-1]["infra_requeues"] == 0
+
+    run(main)
+
+
+def _gated(name: str, gate: asyncio.Event) -> ActivityDefinition:
+    @activity(name=name, idempotent=True)
+    async def wait_for_gate() -> str:
+        await gate.wait()
+        return name
+
+    return wait_for_gate
+
+
+def test_a_restartable_activity_reports_its_start_by_itself_once_it_runs_a_while(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        first_gate, second_gate = asyncio.Event(), asyncio.Event()
+        first, second = _gated("first", first_gate), _gated("second", second_gate)
+        async with cluster(tmp_path) as (server, admin, recorder):
+            worker = make_worker(server, [first, second], max_concurrency=1, prefetch=1)
+            async with running(worker):
+                await submit(admin, first.activity("a-1"))
+                await eventually(state_is(admin, "a-1", "executing"), "a-1 started")
+                # Granted while the only slot is busy: a prefetched lease, not started
+                # on grant, so it begins without waiting for a start acknowledgement.
+                await submit(admin, second.activity("b-1"))
+                await eventually(lambda: "b-1" in worker.held(), "b-1 prefetched")
+                first_gate.set()
+                # b-1 runs on; after START_REPORT_DELAY_S its start is reported alone.
+                await eventually(state_is(admin, "b-1", "executing"), "b-1 start reported")
+                second_gate.set()
+                await eventually(lambda: "b-1" in recorder.completed(), "b-1 completed")
+            counters = worker.counters
+            assert (counters.started_on_grant, counters.unreported_starts) == (1, 0)
+            rows = await history(admin, "b-1")
+            assert [r["to_state"] for r in rows] == ["queued", "leased", "executing", "completed"]
+            assert rows[2]["at"] < rows[3]["at"]
+
+    run(main)
+
+
+def test_a_restartable_activity_that_ends_quickly_reports_its_start_with_the_result(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        first_gate, second_gate = asyncio.Event(), asyncio.Event()
+        first, second = _gated("first", first_gate), _gated("second", second_gate)
+        second_gate.set()  # b-1 ends at once
+        async with cluster(tmp_path) as (server, admin, recorder):
+            worker = make_worker(
+                server, [first, second], max_concurrency=1, prefetch=1, start_report_delay_s=60
+            )
+            async with running(worker):
+                await submit(admin, first.activity("a-1"))
+                await eventually(state_is(admin, "a-1", "executing"), "a-1 started")
+                await submit(admin, second.activity("b-1"))
+                await eventually(lambda: "b-1" in worker.held(), "b-1 prefetched")
+                first_gate.set()
+                await eventually(lambda: "b-1" in recorder.completed(), "b-1 completed")
+            assert worker.counters.unreported_starts == 1
+            rows = await history(admin, "b-1")
+            assert [r["to_state"] for r in rows] == ["queued", "leased", "executing", "completed"]
+            # One command recorded both: the start and the result share their instant.
+            assert rows[2]["at"] == rows[3]["at"]
+            assert rows[3]["attempt"] == 1
 
     run(main)
 

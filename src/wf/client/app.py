@@ -90,6 +90,7 @@ from wf.server.workflow_rpc import (
     SaveDeploymentParams,
     StartRunParams,
 )
+from wf.tuning import loop_factory
 
 R = TypeVar("R")
 
@@ -517,9 +518,18 @@ class App:
         """Extend a lease; returns its new expiry."""
         return await self._call("renew_lease", activity_id=activity_id, token=token)
 
-    async def complete_activity(self, activity_id: str, token: int, result: bytes = b"") -> None:
-        """Record the result (fenced by ``token``)."""
-        await self._call("complete_activity", activity_id=activity_id, token=token, result=result)
+    async def complete_activity(
+        self, activity_id: str, token: int, result: bytes = b"", unreported_start: bool = False
+    ) -> None:
+        """Record the result (fenced by ``token``); ``unreported_start``: the start too
+        (only for a grant with ``may_restart``)."""
+        await self._call(
+            "complete_activity",
+            activity_id=activity_id,
+            token=token,
+            result=result,
+            unreported_start=unreported_start,
+        )
 
     async def fail_activity(
         self,
@@ -528,8 +538,10 @@ class App:
         error_type: str = "Error",
         message: str = "",
         retryable: bool = True,
+        unreported_start: bool = False,
     ) -> None:
-        """Record a failed attempt (fenced by ``token``)."""
+        """Record a failed attempt (fenced by ``token``); ``unreported_start``: the start
+        too (only for a grant with ``may_restart``)."""
         await self._call(
             "fail_activity",
             activity_id=activity_id,
@@ -537,6 +549,7 @@ class App:
             error_type=error_type,
             message=message,
             retryable=retryable,
+            unreported_start=unreported_start,
         )
 
 
@@ -556,7 +569,9 @@ class SyncApp:
         token: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._loop = asyncio.new_event_loop()
+        # uvloop where installed (wf.tuning): a blocking caller pays the loop's own
+        # cost on every call.
+        self._loop = (loop_factory() or asyncio.new_event_loop)()
         self.app = App(url_or_urls, token=token, ssl_context=ssl_context)
         """The async client underneath (its session lives on the private loop)."""
 

@@ -86,6 +86,10 @@ class Complete(_Command, frozen=True, kw_only=True, tag="complete"):
     activity_id: str
     token: int
     result: bytes = b""
+    unreported_start: bool = False
+    """The worker began without reporting it first, as it may for an activity that may
+    run again (idempotent or ``restart_on_abandon``; see :attr:`LeaseGranted.may_restart`):
+    a still ``LEASED`` activity is started, then finished, in this one command."""
 
 
 class Fail(_Command, frozen=True, kw_only=True, tag="fail"):
@@ -96,6 +100,8 @@ class Fail(_Command, frozen=True, kw_only=True, tag="fail"):
     error_type: str = "Error"
     message: str = ""
     retryable: bool = True
+    unreported_start: bool = False
+    """As :attr:`Complete.unreported_start`."""
 
 
 class ShutdownWorker(_Command, frozen=True, kw_only=True, tag="shutdown_worker"):

@@ -476,9 +476,17 @@ class SchedulerCore:
             LeaseRenewed(at=c.now, activity_id=a.activity_id, token=c.token, expires_at=expires_at)
         )
 
-    def _get_executing(self, activity_id: str, token: int, now: float) -> Activity:
-        """The fenced activity, which must have been started (results need a start)."""
+    def _get_executing(
+        self, activity_id: str, token: int, now: float, unreported_start: bool = False
+    ) -> Activity:
+        """The fenced activity, which must have been started (results need a start).
+
+        With ``unreported_start`` a still leased activity that may run again is
+        started here (the caller then finishes it in the same command)."""
         a = self._get_fenced(activity_id, token, now)
+        if unreported_start and a.state is _LEASED and (a.idempotent or a.retry.restart_on_abandon):
+            a.attempt += 1
+            self._to(a, _EXECUTING, "started", now)
         if a.state is not _EXECUTING:
             raise IllegalTransition(
                 f"activity {a.activity_id!r} was never started", activity_id=a.activity_id
@@ -488,7 +496,7 @@ class SchedulerCore:
 
     def _complete(self, c: cmd.Complete) -> None:
         now = c.now
-        a = self._get_executing(c.activity_id, c.token, now)
+        a = self._get_executing(c.activity_id, c.token, now, c.unreported_start)
         self._release(a)
         self._to(a, S.COMPLETED, "completed", now, result=c.result)
         self.metrics.completed += 1
@@ -506,7 +514,7 @@ class SchedulerCore:
 
     def _fail(self, c: cmd.Fail) -> None:
         now = c.now
-        a = self._get_executing(c.activity_id, c.token, now)
+        a = self._get_executing(c.activity_id, c.token, now, c.unreported_start)
         self._release(a)
         a.failures += 1
         error = f"{c.error_type}: {c.message}" if c.message else c.error_type
@@ -973,6 +981,7 @@ class SchedulerCore:
                 correlation_id=a.correlation_id,
                 payload=a.payload,
                 started=started,
+                may_restart=a.idempotent or a.retry.restart_on_abandon,
             )
         )
 
@@ -1017,6 +1026,7 @@ class SchedulerCore:
                         workflow_id=a.workflow_id,
                         correlation_id=a.correlation_id,
                         payload=a.payload,
+                        may_restart=a.idempotent or a.retry.restart_on_abandon,
                     )
                 )
             if thief.demand <= 0:

@@ -31,6 +31,11 @@ class LeaseGranted(_Decision, frozen=True, kw_only=True, tag="lease_granted"):
     started: bool = False
     """The grant is also the start (the poll's ``start``): the activity is already
     ``EXECUTING``; the worker runs it at once and must not report ``StartActivity``."""
+    may_restart: bool = False
+    """The activity may run again (idempotent or ``restart_on_abandon``), so the worker
+    may begin it before its start is acknowledged and report the start with the
+    result (``unreported_start``): a start the server never learns of is harmless, the
+    lease simply expires and the activity is requeued."""
 
 
 class LeaseRevoked(_Decision, frozen=True, kw_only=True, tag="lease_revoked"):

@@ -56,6 +56,11 @@ from wf.scheduler.timer import DelayedTimers
 
 SNAPSHOT_VERSION = 1
 
+Rank = Callable[[Activity], Any]
+"""A policy's within-lane order key."""
+_BASE_RANK: Final = _PolicyBase.rank
+"""The base policies' ``rank``: the same key for every activity."""
+
 _QUEUED: Final = ActivityState.QUEUED
 _LEASED: Final = ActivityState.LEASED
 _EXECUTING: Final = ActivityState.EXECUTING
@@ -142,10 +147,7 @@ def restore(snap: CoreSnapshot, *, adopt: bool = False) -> SchedulerCore:
     core.leases.token = snap.token
     core.registry.seq = snap.worker_seq
     if adopt:
-        activities = snap.activities
-        for a in activities:
-            if a.queue_ticket:
-                a.queue_ticket = 0
+        activities = snap.activities  # _restore_queue resets their queue tickets
     else:
         # Copies, so that the snapshot stays a value even while the core mutates.
         replace = msgspec.structs.replace
@@ -196,8 +198,14 @@ def _restore_queue(core: SchedulerCore, activities: list[Activity]) -> list[Acti
     created in the same order, tickets are handed out in the same order, and
     the counters end the same. Only the work differs: each lane's entries are
     appended and heapified once (O(N) instead of N sifting pushes), and the
-    lane and rank function are looked up once per lane key. Returns the held
-    (leased or executing) activities in creation order.
+    lane and rank function are looked up once per lane key. A policy that
+    keeps the base class's constant ``rank`` (FIFO within a lane) is not called
+    per activity, and when such a lane was empty and its activities come in
+    ascending ``seq`` (a store's load always does) its entries are already
+    sorted, hence a heap: heapify, a third of the restore at 10^6, is skipped.
+    Queue tickets of the activities that are not queued are reset here (an
+    adopted snapshot's may be stale). Returns the held (leased or executing)
+    activities in creation order.
     """
     queue = core.queue
     lines = core.key_lines
@@ -206,13 +214,19 @@ def _restore_queue(core: SchedulerCore, activities: list[Activity]) -> list[Acti
     track = core.leases.track
     queued_state, leased_state, executing_state = _QUEUED, _LEASED, _EXECUTING
     # (policy, tenant, type, capabilities, priority, region) -> (the lane's heap's
-    # append, its group's rank function). Keyed by the raw ``policy`` field, which
-    # maps to one lane as surely as the group it resolves to.
-    slots: dict[tuple[Any, ...], tuple[Callable[[Entry], None], Callable[[Activity], Any]]] = {}
+    # append, its group's rank function or None if constant, the constant rank).
+    # Keyed by the raw ``policy`` field, which maps to one lane as surely as the
+    # group it resolves to.
+    slots: dict[tuple[Any, ...], tuple[Callable[[Entry], None], Rank | None, Any]] = {}
     before: dict[Lane, int] = {}
     """Lane -> its heap's length before the first of these entries."""
+    constant: set[Lane] = set()
+    """Lanes whose group ranks every activity alike."""
     held: list[Activity] = []
     ticket = queue._ticket
+    last_seq = -1
+    ascending = True
+    """Every queued activity so far came with a higher ``seq`` than the one before."""
     for a in activities:
         state = a.state
         key = a.ordering_key
@@ -222,6 +236,8 @@ def _restore_queue(core: SchedulerCore, activities: list[Activity]) -> list[Acti
                 line = lines[key] = deque()
             line.append(a)  # Creation order: seq ascending.
             if line[0] is not a:
+                if a.queue_ticket:
+                    a.queue_ticket = 0
                 if state is leased_state or state is executing_state:
                     held.append(a)
                     track(a)
@@ -232,19 +248,33 @@ def _restore_queue(core: SchedulerCore, activities: list[Activity]) -> list[Acti
             if slot is None:
                 group = a.policy or default_group
                 lane = queue.lane_for(a, group)
-                slot = slots[slot_key] = (lane.heap.append, policies[group].rank)
+                policy = policies[group]
+                if getattr(type(policy), "rank", None) is _BASE_RANK:
+                    slot = (lane.heap.append, None, policy.rank(a))
+                    constant.add(lane)
+                else:
+                    slot = (lane.heap.append, policy.rank, None)
+                slots[slot_key] = slot
                 before.setdefault(lane, len(lane.heap))
-            append, rank = slot
+            append, rank, value = slot
+            seq = a.seq
+            if seq <= last_seq:
+                ascending = False
+            last_seq = seq
             ticket += 1
             a.queue_ticket = ticket
-            append((rank(a), a.seq, ticket, a))
-        elif state is leased_state or state is executing_state:
-            held.append(a)
-            track(a)
+            append((value if rank is None else rank(a), seq, ticket, a))
+        else:
+            if a.queue_ticket:
+                a.queue_ticket = 0
+            if state is leased_state or state is executing_state:
+                held.append(a)
+                track(a)
     queue._ticket = ticket
     for lane, length in before.items():
         count = len(lane.heap) - length
-        heapq.heapify(lane.heap)
+        if not (ascending and length == 0 and lane in constant):
+            heapq.heapify(lane.heap)
         lane.size += count
         queue.depth += count
         queue.depth_by_partition[lane.partition] += count

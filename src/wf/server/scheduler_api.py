@@ -131,6 +131,9 @@ class CompleteParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     activity_id: str
     token: int
     result: bytes = b""
+    unreported_start: bool = False
+    """The worker began without reporting the start (only for a grant with
+    ``may_restart``): the start is recorded with the result, in one commit."""
 
 
 class FailParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -141,6 +144,8 @@ class FailParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     error_type: str = "Error"
     message: str = ""
     retryable: bool = True
+    unreported_start: bool = False
+    """As for ``scheduler.leases.complete``."""
 
 
 class SubmitParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -446,12 +451,24 @@ class SchedulerAPI:
         return self.node.core.activities[activity_id].lease_expires_at
 
     async def complete_activity(
-        self, activity_id: str, token: int, result: bytes, caller: Caller
+        self,
+        activity_id: str,
+        token: int,
+        result: bytes,
+        caller: Caller,
+        *,
+        unreported_start: bool = False,
     ) -> None:
-        """Record the result (fenced by ``token``)."""
+        """Record the result (fenced by ``token``); ``unreported_start``: the start too."""
         self._check_lease(caller, activity_id)
         await self.node.execute(
-            lambda now: cmd.Complete(now=now, activity_id=activity_id, token=token, result=result)
+            lambda now: cmd.Complete(
+                now=now,
+                activity_id=activity_id,
+                token=token,
+                result=result,
+                unreported_start=unreported_start,
+            )
         )
 
     async def fail_activity(
@@ -462,8 +479,10 @@ class SchedulerAPI:
         message: str,
         retryable: bool,
         caller: Caller,
+        *,
+        unreported_start: bool = False,
     ) -> None:
-        """Record a failed attempt (fenced by ``token``)."""
+        """Record a failed attempt (fenced by ``token``); ``unreported_start``: the start too."""
         self._check_lease(caller, activity_id)
         await self.node.execute(
             lambda now: cmd.Fail(
@@ -473,6 +492,7 @@ class SchedulerAPI:
                 error_type=error_type,
                 message=message,
                 retryable=retryable,
+                unreported_start=unreported_start,
             )
         )
 
@@ -606,12 +626,20 @@ class SchedulerAPI:
             return {"expires_at": await self.renew_lease(p.activity_id, p.token, c)}
 
         async def complete(p: CompleteParams, c: Caller) -> dict[str, bool]:
-            await self.complete_activity(p.activity_id, p.token, p.result, c)
+            await self.complete_activity(
+                p.activity_id, p.token, p.result, c, unreported_start=p.unreported_start
+            )
             return {"ok": True}
 
         async def fail(p: FailParams, c: Caller) -> dict[str, bool]:
             await self.fail_activity(
-                p.activity_id, p.token, p.error_type, p.message, p.retryable, c
+                p.activity_id,
+                p.token,
+                p.error_type,
+                p.message,
+                p.retryable,
+                c,
+                unreported_start=p.unreported_start,
             )
             return {"ok": True}
 

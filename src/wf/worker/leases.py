@@ -40,6 +40,10 @@ class HeldLease:
     """Why the lease was lost (``None`` while it is ours)."""
     activity_task: asyncio.Task[Any] | None = None
     """An ``async`` activity's task, to cancel it."""
+    start_reported: bool = False
+    """The server knows it started (on grant, or a ``leases.start`` it acknowledged)."""
+    start_calling: bool = False
+    """A deferred ``leases.start`` is on the wire (it must land before the result)."""
 
     @property
     def token(self) -> int:
@@ -63,9 +67,12 @@ class WorkerCounters:
     received: int = 0
     """Leases received."""
     started: int = 0
-    """Starts the server acknowledged (those started on grant included)."""
+    """Activities begun (after an acknowledged start, on grant, or unreported)."""
     started_on_grant: int = 0
     """Leases whose grant was also their start (no ``scheduler.leases.start`` sent)."""
+    unreported_starts: int = 0
+    """Results that carried their own start (``unreported_start``; a ``may_restart``
+    activity that finished before its start was reported)."""
     completed: int = 0
     """Completions the server acknowledged."""
     failed: int = 0

@@ -87,6 +87,14 @@ log = logging.getLogger("wf.worker")
 
 POLL_WAIT_S: Final = 10.0
 """Default long-poll wait (the server allows up to 60 s)."""
+START_REPORT_DELAY_S: Final = 0.05
+"""How long a ``may_restart`` activity runs before its start is reported on its own.
+
+Such an activity may run again, so the worker need not wait for the server to
+acknowledge its start: it begins at once and reports the start with its result
+(``unreported_start``), one call and one commit instead of two round trips. One
+that is still running after this long reports its start by itself, so operators
+see it ``executing`` while it runs."""
 POLL_ITEMS_MAX: Final = 1_000
 """Most leases asked for in one poll (the server's default bound; halved while a
 server with a lower ``poll_items_max`` refuses it)."""
@@ -164,6 +172,7 @@ class Worker:
         poll_wait_s: float = POLL_WAIT_S,
         drain_timeout_s: float | None = None,
         version: str = wf.__version__,
+        start_report_delay_s: float | None = START_REPORT_DELAY_S,
     ) -> None:
         self.servers = [servers] if isinstance(servers, str) else list(servers)
         if not self.servers:
@@ -191,6 +200,8 @@ class Worker:
             raise InvalidArgument("heartbeat_interval_s must be in (0, 3600]")
         if not 0 <= poll_wait_s <= 60:
             raise InvalidArgument("poll_wait_s must be in [0, 60]")
+        if start_report_delay_s is not None and not 0 <= start_report_delay_s <= 60:
+            raise InvalidArgument("start_report_delay_s must be in [0, 60] or None")
         self.worker_id = worker_id or default_worker_id()
         self.token = token
         self.ssl_context = ssl_context
@@ -204,6 +215,9 @@ class Worker:
         self.poll_wait_s = poll_wait_s
         self.drain_timeout_s = drain_timeout_s
         self.version = version
+        self.start_report_delay_s = start_report_delay_s
+        """See :data:`START_REPORT_DELAY_S`; ``None``: every start is reported and
+        acknowledged before the activity begins."""
         self.info = WorkerInfo(
             worker_id=self.worker_id,
             hostname=socket.gethostname(),
@@ -259,6 +273,7 @@ class Worker:
             "poll_wait_s": self.poll_wait_s,
             "drain_timeout_s": self.drain_timeout_s,
             "version": self.version,
+            "start_report_delay_s": self.start_report_delay_s,
         }
         settings.update(changes)
         return Worker(**settings)
@@ -693,24 +708,53 @@ class Worker:
     # ---------------------------------------------------------------- leases
 
     async def _run_lease(self, held: HeldLease) -> None:
+        grant = held.grant
+        reporter: asyncio.Task[None] | None = None
         try:
             ending: Ending | None = None
             try:
-                if held.grant.started or await self._fenced_call(
-                    held, "scheduler.leases.start", held.fenced()
-                ):
+                if grant.started:
+                    held.start_reported = True
+                    self.counters.started_on_grant += 1
+                    began = True
+                elif grant.may_restart and self.start_report_delay_s is not None:
+                    # Begins now; the start goes with the result (START_REPORT_DELAY_S).
+                    reporter = asyncio.create_task(self._report_start_later(held))
+                    began = True
+                else:
+                    began = await self._fenced_call(held, "scheduler.leases.start", held.fenced())
+                    held.start_reported = began
+                if began:
                     self.counters.started += 1
-                    self.counters.started_on_grant += held.grant.started
                     ending = await self._execute(held)
             finally:
                 self._executing -= 1
                 self._pump()
+                if reporter is not None:
+                    await self._settle_start_report(held, reporter)
             if ending is None or isinstance(ending, Abandoned) or held.lost is not None:
                 return
             held.status = LeaseStatus.REPORTING
             await self._report(held, ending)
         finally:
+            if reporter is not None and not reporter.done():
+                reporter.cancel()
             self._release(held)
+
+    async def _report_start_later(self, held: HeldLease) -> None:
+        """Report a ``may_restart`` activity's start once it has run a while."""
+        assert self.start_report_delay_s is not None
+        await asyncio.sleep(self.start_report_delay_s)
+        held.start_calling = True
+        if await self._fenced_call(held, "scheduler.leases.start", held.fenced()):
+            held.start_reported = True
+
+    async def _settle_start_report(self, held: HeldLease, reporter: asyncio.Task[None]) -> None:
+        """The activity ended: drop a start report not sent yet, or wait for the one on
+        the wire (the result must reach the server after it, never beside it)."""
+        if not held.start_calling:
+            reporter.cancel()
+        await asyncio.wait({reporter})
 
     async def _execute(self, held: HeldLease) -> Ending:
         if held.lost is not None:
@@ -739,6 +783,9 @@ class Worker:
                 "message": ending.message,
                 "retryable": ending.retryable,
             }
+        if not held.start_reported:
+            params["unreported_start"] = True
+            self.counters.unreported_starts += 1
         if not await self._fenced_call(held, method, params):
             return
         if isinstance(ending, Succeeded):

@@ -88,16 +88,6 @@ FROM activities
 WHERE state NOT IN ('completed', 'failed', 'cancelled')
 ORDER BY seq;
 
--- name: select_live_specs
--- Unfinished activities in creation order: the spec and the columns every live
--- activity sets; `leased_ever` (token <> 0) marks the rows whose other lifecycle
--- columns may have moved (only a lease moves them; check_lifecycle_without_lease
--- reports rows that break this), read by id afterwards.
-SELECT activity_id, spec, state, queued_at, not_before, token <> 0 AS leased_ever
-FROM activities
-WHERE state NOT IN ('completed', 'failed', 'cancelled')
-ORDER BY seq;
-
 -- name: select_recent_finished
 -- The most recently finished activities, newest first (in the order they finished).
 SELECT activity_id, to_state FROM transitions

@@ -1,0 +1,132 @@
+"""The fast recovery path keeps failing closed: SQLite's load folds state and column
+types into one SQL-computed ``kind`` and decodes specs in bulk, and restore skips
+per-activity ranking and heapify for constant-rank lanes; none of that may let a
+corrupt row through or change the dispatch order."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from wf.scheduler import commands as cmd
+from wf.scheduler.config import PolicyConfig, SchedulerConfig
+from wf.scheduler.dispatcher import SchedulerCore
+from wf.scheduler.model import Activity, ActivityState, Priority, WorkerInfo
+from wf.scheduler.outputs import LeaseGranted
+from wf.scheduler.recovery import durable_digest, restore, snapshot
+from wf.store import codec
+from wf.store.loader import build_snapshot
+from wf.store.sqlite import SQLiteStore
+
+T0 = 1_767_225_600.0
+
+
+async def _filled(root: Path, n: int) -> tuple[SQLiteStore, SchedulerCore]:
+    """A store holding ``n`` activities (the first two leased) and its core."""
+    store = SQLiteStore(root)
+    await store.open()
+    core = SchedulerCore()
+
+    async def do(command: Any) -> None:
+        await store.append(core.handle(command).records)
+
+    await do(cmd.RegisterWorker(now=T0, info=WorkerInfo(worker_id="w", max_concurrency=2)))
+    acts = tuple(Activity(activity_id=f"r{i}", activity_type="t") for i in range(n))
+    await do(cmd.Submit(now=T0, activities=acts))
+    await do(cmd.Poll(now=T0, worker_id="w", max_items=2))
+    return store, core
+
+
+def _raw(root: Path, statement: str, *params: Any) -> None:
+    conn = sqlite3.connect(root / "scheduler.db", isolation_level=None)
+    try:
+        conn.execute(statement, params)
+    finally:
+        conn.close()
+
+
+def test_every_kind_of_bad_live_row_fails_closed_with_its_reason(tmp_path: Path) -> None:
+    async def main() -> None:
+        store, core = await _filled(tmp_path, 8)
+        other = msgspec.structs.replace(core.activities["r7"], activity_id="someone-else")
+        _raw(
+            tmp_path, "UPDATE activities SET spec = ? WHERE activity_id = 'r2'", codec.encode(other)
+        )
+        _raw(tmp_path, "UPDATE activities SET state = 'bogus' WHERE activity_id = 'r0'")  # leased
+        _raw(tmp_path, "UPDATE activities SET not_before = 'later' WHERE activity_id = 'r3'")
+        _raw(tmp_path, "UPDATE activities SET queued_at = x'00' WHERE activity_id = 'r4'")
+        _raw(tmp_path, "UPDATE activities SET spec = 'text' WHERE activity_id = 'r5'")
+        stored = await store.load()
+        why = {d.activity_id: d.message for d in stored.diagnostics}
+        assert set(why) == {"r0", "r2", "r3", "r4", "r5"}
+        assert all(d.kind == "malformed_row" for d in stored.diagnostics)
+        assert "spec blob names activity 'someone-else'" in why["r2"]
+        assert "unknown state 'bogus'" in why["r0"]
+        assert "not_before 'later'" in why["r3"]
+        assert "bad queued_at b'\\x00'" in why["r4"]
+        assert "not a blob" in why["r5"]
+        assert [a.activity_id for a in stored.activities] == ["r1", "r6", "r7"]
+        assert stored.activities[0].state is ActivityState.LEASED
+        assert stored.activities[0].worker_id == "w"
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_clean_load_restores_the_exact_core(tmp_path: Path) -> None:
+    async def main() -> None:
+        store, core = await _filled(tmp_path, 50)
+        stored = await store.load()
+        assert stored.diagnostics == []
+        snap, diagnostics = build_snapshot(stored, core.config, T0)
+        assert diagnostics == []
+        assert durable_digest(restore(snap, adopt=True)) == durable_digest(core)
+        await store.close()
+
+    asyncio.run(main())
+
+
+def _dispatch_order(core: SchedulerCore, n: int) -> list[str]:
+    core.handle(cmd.RegisterWorker(now=T0, info=WorkerInfo(worker_id="drain", max_concurrency=n)))
+    outcome = core.handle(cmd.Poll(now=T0, worker_id="drain", max_items=n))
+    return [d.lease.activity_id for d in outcome.decisions if type(d) is LeaseGranted]
+
+
+def _mixed_core(config: SchedulerConfig, n: int) -> SchedulerCore:
+    core = SchedulerCore(config)
+    rng = random.Random(7)
+    acts = tuple(
+        Activity(
+            activity_id=f"m{i:03d}",
+            activity_type="t",
+            tenant=rng.choice(("a", "b")),
+            priority=rng.choice(list(Priority)),
+            deadline=rng.choice((None, T0 + rng.randrange(100))),
+        )
+        for i in range(n)
+    )
+    core.handle(cmd.Submit(now=T0, activities=acts))
+    return core
+
+
+def test_restore_keeps_the_dispatch_order_in_any_activity_order() -> None:
+    """Constant-rank lanes skip heapify only when their entries come sorted; a snapshot
+    listing activities out of order (or a ranking policy) still restores the order
+    one-by-one pushes would give."""
+    n = 120
+    for policy in ("priority", "deadline_first"):
+        config = SchedulerConfig(policies={"default": PolicyConfig(policy=policy)})
+        original = _mixed_core(config, n)
+        snap = snapshot(original)
+        shuffled = list(snap.activities)
+        random.Random(3).shuffle(shuffled)
+        expected = _dispatch_order(_mixed_core(config, n), n)
+        assert len(expected) == n
+        for activities in (snap.activities, shuffled):
+            restored = restore(msgspec.structs.replace(snap, activities=activities))
+            assert _dispatch_order(restored, n) == expected, policy
