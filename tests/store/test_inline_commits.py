@@ -1,0 +1,117 @@
+"""SQLite's inline commits (``durability="process"``): a small append made while the
+writer thread is idle is committed on the caller's thread, and never ahead of a
+write queued before it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from wf.scheduler.model import Activity
+from wf.scheduler.outputs import ActivitySubmitted
+from wf.store import codec
+from wf.store.sqlite import INLINE_COMMIT_STEPS_MAX, SQLiteStore, _Pending
+
+T0 = 1_767_225_600.0
+
+
+def submitted(aid: str, seq: int) -> ActivitySubmitted:
+    return ActivitySubmitted(
+        at=T0, activity=Activity(activity_id=aid, activity_type="t", seq=seq, submitted_at=T0)
+    )
+
+
+async def stored_order(store: SQLiteStore) -> list[str]:
+    loaded = await store.load()
+    return [a.activity_id for a in sorted(loaded.activities, key=lambda a: a.seq)]
+
+
+def test_an_idle_process_store_commits_a_small_append_inline(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "s", durability="process")
+        await store.open()
+        try:
+            await store.append([submitted("a", 1)])
+            assert (store.inline_commits, store.commits) == (1, 1)
+            assert await store.existing_activity_ids(["a"]) == {"a"}
+        finally:
+            await store.close()
+        # Committed, not just written somewhere: a fresh store over the folder sees it.
+        again = SQLiteStore(tmp_path / "s", durability="process")
+        await again.open()
+        try:
+            assert await stored_order(again) == ["a"]
+        finally:
+            await again.close()
+
+    asyncio.run(main())
+
+
+def test_fsync_durability_always_takes_the_writer(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "s", durability="fsync")
+        await store.open()
+        try:
+            await store.append([submitted("a", 1)])
+            assert (store.inline_commits, store.commits) == (0, 1)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_large_append_takes_the_writer(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "s", durability="process")
+        await store.open()
+        try:
+            many = [submitted(f"a{i}", i + 1) for i in range(INLINE_COMMIT_STEPS_MAX + 1)]
+            await store.append(many)
+            assert (store.inline_commits, store.commits) == (0, 1)
+            assert len(await stored_order(store)) == len(many)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_an_append_never_overtakes_a_write_queued_before_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "s", durability="process")
+        await store.open()
+        try:
+            # The writer is busy committing (it holds the lock): both appends queue,
+            # and land in the order they were made.
+            store._writing.acquire()
+            try:
+                first = asyncio.create_task(store.append([submitted("first", 1)]))
+                await asyncio.sleep(0)
+                second = asyncio.create_task(store.append([submitted("second", 2)]))
+                await asyncio.sleep(0)
+            finally:
+                store._writing.release()
+            await asyncio.gather(first, second)
+            assert store.inline_commits == 0
+            assert await stored_order(store) == ["first", "second"]
+            # The lock is free but a queued write is not finished yet (the writer
+            # took it and has not locked): the append must queue behind it.
+            store._enqueued += 1
+            try:
+                loop = asyncio.get_running_loop()
+                late = _Pending(
+                    *codec.plan_writes([submitted("late", 3)]), loop.create_future(), loop
+                )
+                assert not store._commit_inline(late)
+            finally:
+                store._enqueued -= 1
+            # With nothing queued, the next one goes inline again (once the writer
+            # has let go of the lock: it resolves its batch just before).
+            await asyncio.to_thread(store._writing.acquire)
+            store._writing.release()
+            await store.append([submitted("third", 3)])
+            assert store.inline_commits == 1
+            assert await stored_order(store) == ["first", "second", "third"]
+        finally:
+            await store.close()
+
+    asyncio.run(main())
