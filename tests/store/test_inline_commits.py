@@ -10,7 +10,12 @@ from pathlib import Path
 from wf.scheduler.model import Activity
 from wf.scheduler.outputs import ActivitySubmitted
 from wf.store import codec
-from wf.store.sqlite import INLINE_COMMIT_STEPS_MAX, SQLiteStore, _Pending
+from wf.store.sqlite import (
+    CHECKPOINT_EVERY_COMMITS,
+    INLINE_COMMIT_STEPS_MAX,
+    SQLiteStore,
+    _Pending,
+)
 
 T0 = 1_767_225_600.0
 
@@ -111,6 +116,33 @@ def test_an_append_never_overtakes_a_write_queued_before_it(tmp_path: Path) -> N
             await store.append([submitted("third", 3)])
             assert store.inline_commits == 1
             assert await stored_order(store) == ["first", "second", "third"]
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_checkpoints_run_on_their_own_thread_never_in_a_commit(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "s", durability="process")
+        await store.open()
+        try:
+            assert store._write is not None
+            # SQLite's own checkpoint would run inside a commit: it is off.
+            assert store._write.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+            for i in range(CHECKPOINT_EVERY_COMMITS):
+                await store.append([submitted(f"a{i}", i + 1)])
+            # The commit count asked for one; wait for it (bounded, real time).
+            for _ in range(500):
+                if store.checkpoints:
+                    break
+                await asyncio.sleep(0.01)
+            assert store.checkpoints >= 1
+            # Everything in the WAL was copied back: a new passive pass finds nothing
+            # left to copy.
+            busy, logged, copied = store._write.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            assert busy == 0
+            assert logged == copied
         finally:
             await store.close()
 
