@@ -446,6 +446,18 @@ def _gated(name: str, gate: asyncio.Event) -> ActivityDefinition:
     return wait_for_gate
 
 
+async def prefetch_behind(
+    admin: RpcClient, worker: Worker, first: ActivityDefinition, second: ActivityDefinition
+) -> None:
+    """``a-1`` (``first``) running in the worker's only slot, then ``b-1`` (``second``)
+    granted while that slot is busy: a prefetched lease, not started on grant, so it
+    will begin without waiting for a start acknowledgement."""
+    await submit(admin, first.activity("a-1"))
+    await eventually(state_is(admin, "a-1", "executing"), "a-1 started")
+    await submit(admin, second.activity("b-1"))
+    await eventually(lambda: "b-1" in worker.held(), "b-1 prefetched")
+
+
 def test_a_restartable_activity_reports_its_start_by_itself_once_it_runs_a_while(
     tmp_path: Path,
 ) -> None:
@@ -455,12 +467,7 @@ def test_a_restartable_activity_reports_its_start_by_itself_once_it_runs_a_while
         async with cluster(tmp_path) as (server, admin, recorder):
             worker = make_worker(server, [first, second], max_concurrency=1, prefetch=1)
             async with running(worker):
-                await submit(admin, first.activity("a-1"))
-                await eventually(state_is(admin, "a-1", "executing"), "a-1 started")
-                # Granted while the only slot is busy: a prefetched lease, not started
-                # on grant, so it begins without waiting for a start acknowledgement.
-                await submit(admin, second.activity("b-1"))
-                await eventually(lambda: "b-1" in worker.held(), "b-1 prefetched")
+                await prefetch_behind(admin, worker, first, second)
                 first_gate.set()
                 # b-1 runs on; after START_REPORT_DELAY_S its start is reported alone.
                 await eventually(state_is(admin, "b-1", "executing"), "b-1 start reported")
@@ -487,10 +494,7 @@ def test_a_restartable_activity_that_ends_quickly_reports_its_start_with_the_res
                 server, [first, second], max_concurrency=1, prefetch=1, start_report_delay_s=60
             )
             async with running(worker):
-                await submit(admin, first.activity("a-1"))
-                await eventually(state_is(admin, "a-1", "executing"), "a-1 started")
-                await submit(admin, second.activity("b-1"))
-                await eventually(lambda: "b-1" in worker.held(), "b-1 prefetched")
+                await prefetch_behind(admin, worker, first, second)
                 first_gate.set()
                 await eventually(lambda: "b-1" in recorder.completed(), "b-1 completed")
             assert worker.counters.unreported_starts == 1
