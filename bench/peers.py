@@ -34,6 +34,12 @@ workloads in the same order:
   PostgreSQL (``bench/store.py``'s measurement: process start to the first
   dispatch, in a fresh process).
 
+Before each system runs, the driver waits (at most 30 s) until the machine is
+85 % idle over a second (:func:`quiesce`, from ``/proc/stat``): what the
+previous system left behind (exiting workers, Redis or PostgreSQL writing
+back, autovacuum) would otherwise land on the next one's measurements. Each
+run records how long it waited and how idle the machine was.
+
 Task starts are learned from :class:`~bench.peerlib.base.Recorder` lines the
 task body writes (all processes share this machine's clock). Every figure is
 the median over the repetitions, with min and max.
@@ -316,6 +322,44 @@ def run_w3(system: System, recorder: Recorder, plan: Plan, tag: str) -> dict[str
     return result
 
 
+QUIET_IDLE: Final = 0.85
+"""Share of CPU time idle (over ``QUIET_WINDOW_S``) at which the machine counts as quiet."""
+QUIET_WINDOW_S: Final = 1.0
+QUIET_WAIT_MAX_S: Final = 30.0
+"""Longest wait for quiet before a system runs anyway (the figure says how idle it was)."""
+
+
+def cpu_idle_fraction(window_s: float) -> float:
+    """Share of all CPUs' time idle over ``window_s`` (``/proc/stat``; 1.0 elsewhere)."""
+
+    def sample() -> tuple[int, int] | None:
+        try:
+            fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        except OSError:
+            return None
+        values = [int(v) for v in fields]
+        return values[3] + values[4], sum(values)  # idle + iowait, total
+
+    first = sample()
+    time.sleep(window_s)
+    second = sample()
+    if first is None or second is None or second[1] == first[1]:
+        return 1.0
+    return (second[0] - first[0]) / (second[1] - first[1])
+
+
+def quiesce(quick: bool) -> tuple[float, float]:
+    """Wait (bounded) until what the previous system left behind has settled: its
+    processes exiting, Redis or PostgreSQL writing back, autovacuum. Every system
+    then starts on an equally quiet machine. Returns (seconds waited, idle share)."""
+    began = time.monotonic()
+    idle = cpu_idle_fraction(QUIET_WINDOW_S)
+    limit = 0.0 if quick else QUIET_WAIT_MAX_S
+    while idle < QUIET_IDLE and time.monotonic() - began < limit:
+        idle = cpu_idle_fraction(QUIET_WINDOW_S)
+    return time.monotonic() - began, idle
+
+
 def run_system(cls: type[System], plan: Plan, rep: int, root: Path) -> dict[str, Any]:
     """One repetition of every workload on a fresh ``cls``; errors are recorded, not raised."""
     run: dict[str, Any] = {"rep": rep, "errors": []}
@@ -562,7 +606,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             context["order"].append([s.name for s in order])
             for cls in order:
                 say(f"== repetition {rep + 1}/{plan.repetitions}: {cls.name}")
-                runs[cls.name].append(run_system(cls, plan, rep, scratch))
+                waited, idle = quiesce(plan.quick)
+                say(f"  machine {idle:.0%} idle after {waited:.1f} s of waiting")
+                run = run_system(cls, plan, rep, scratch)
+                run["quiesce"] = {"waited_s": round(waited, 2), "idle": round(idle, 3)}
+                runs[cls.name].append(run)
         wf_names = {s.name for s in systems}
         w4: dict[str, Any] = {}
         if not args.no_w4 and wf_names & {"wf", "wf-fsync", "wf-pg"}:
