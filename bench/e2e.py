@@ -33,6 +33,10 @@ executing: after the worker received the lease and the server acknowledged
   task. ``dispatch_after_ack_*`` counts from the submission's answer
   instead (the worker may start before that answer arrives: the grant
   rides the same commit), ``submit_*`` is the submission's round trip.
+  ``dispatch_cpu_us`` is the CPU time the server, the workers together and
+  this client spent per dispatch over those calls (from ``/proc`` and
+  ``time.process_time``; heartbeats and polls included): the Python work
+  behind the median.
 * ``throughput_per_s`` -- N no-op activities are submitted up front in
   batches of 1,000, all dormant until one common ``not_before`` instant,
   while both workers wait; the instant leaves twice the time the previous
@@ -487,7 +491,10 @@ class Bench:
         the submissions' own round trips."""
         plan = self.plan
         submitted: dict[str, tuple[float, float]] = {}
+        cpu_before: dict[str, float | None] = {}
         for n in range(plan.warmup_calls + plan.dispatch_count):
+            if n == plan.warmup_calls:
+                cpu_before = {**self.cluster.cpu(), "client": time.process_time()}
             activity_id = self.next_id("dispatch")
             spec = {"activity_id": activity_id, "activity_type": ACTIVITY_TYPE, "idempotent": True}
             at = time.time()
@@ -496,11 +503,19 @@ class Bench:
                 submitted[activity_id] = (at, time.time())
             await asyncio.sleep(plan.dispatch_gap_s)
         await self.wait_drained()
+        cpu_after = {**self.cluster.cpu(), "client": time.process_time()}
         starts = read_starts(self.cluster.starts_files)
         missing = [a for a in submitted if a not in starts]
         if missing:
             raise RuntimeError(f"{len(missing)} dispatched activities never started")
         return {
+            # CPU each process spent per light-load dispatch (its heartbeats and
+            # polls included): the Python work behind the median latency.
+            "dispatch_cpu_us": {
+                role: round((after - before) / len(submitted) * 1e6, 1)
+                for role, before in cpu_before.items()
+                if before is not None and (after := cpu_after.get(role)) is not None
+            },
             "dispatch": latency_summary([starts[a] - at for a, (at, _) in submitted.items()]),
             "dispatch_after_ack": latency_summary(
                 [starts[a] - acked for a, (_, acked) in submitted.items()]
@@ -585,6 +600,7 @@ async def run_session_async(
             say_latency("dispatch (from before the submit call)", result["dispatch"])
             say_latency("dispatch after the submit was answered", result["dispatch_after_ack"])
             say_latency("the submit round trip", result["submit"])
+            say(f"  CPU µs per dispatch: {result['dispatch_cpu_us']}")
         runs: list[dict[str, Any]] = []
         for rep in range(plan.throughput_repetitions):
             run = await bench.throughput_run(plan.throughput_count)
@@ -697,6 +713,8 @@ def figures(session: dict[str, Any], suffix: str) -> dict[str, Any]:
         },
         f"throughput_submission_overlapped{suffix}": any(r["submission_overlapped"] for r in runs),
     }
+    if "dispatch_cpu_us" in session:
+        out[f"dispatch_cpu_us{suffix}"] = session["dispatch_cpu_us"]
     for name in ("dispatch", "dispatch_after_ack", "submit", "register", "renew"):
         if name in session:
             summary = session[name]

@@ -38,13 +38,19 @@ queue keeps every other case in order: the lock is only tried, never waited
 for, and the append goes inline only if every write queued before it has
 finished (two counters, each written by one thread, compared under the lock).
 
-*Checkpoints* run on a thread of their own with a connection of its own
-(``PRAGMA wal_checkpoint(PASSIVE)``, every :data:`CHECKPOINT_EVERY_COMMITS`
-commits or :data:`CHECKPOINT_INTERVAL_S`), never inside a commit:
-SQLite's automatic checkpoint (off here) runs in the committing connection,
-and about one commit in two hundred then took 2-10 ms instead of 0.1 ms,
-which showed up directly in dispatch latency at p99. A passive checkpoint
-waits for no reader or writer; the WAL is reused once it is copied back.
+*Checkpoints* run on the writer thread between the items it takes, every
+:data:`CHECKPOINT_EVERY_COMMITS` commits (an inline commit that reaches the
+count queues one), on a connection of their own
+(``PRAGMA wal_checkpoint(PASSIVE)``) and outside the commit lock, so an
+inline commit may go on meanwhile. Never inside a commit: SQLite's automatic
+checkpoint (off here) runs in whichever connection commits, inline ones on
+the event loop included, and one commit in about two hundred then took
+2-10 ms. Never on a free-running thread either: under steady writes such a
+checkpoint never completes, so the WAL is never started over (tried: it grew
+past 500 MB in a burst, and the first commit after it spent 130 ms
+truncating it). The writer thread checkpoints while no queued write is
+running, so the checkpoint completes and the next write starts the WAL over:
+it stays about one interval of commits long.
 
 *Catalog writes* (artifacts, deployments, runs, schedules) go through the same writer
 thread as their own short ``BEGIN IMMEDIATE`` transaction, queued between
@@ -119,9 +125,7 @@ RUNS_DIR: Final = "runs"
 BATCH_STEPS_MAX: Final = 50_000
 """Most SQL steps one group commit takes (one append larger than this commits alone)."""
 CHECKPOINT_EVERY_COMMITS: Final = 256
-"""Commits between two background checkpoints (see the module docstring)."""
-CHECKPOINT_INTERVAL_S: Final = 5.0
-"""Longest the checkpointer sleeps, so a slow trickle of commits is copied back too."""
+"""Commits between two checkpoints on the writer thread (see the module docstring)."""
 INLINE_COMMIT_STEPS_MAX: Final = 64
 """Largest append committed on the caller's thread when the writer is idle (see the
 module docstring): a few rows, so the event loop stalls far less than a hop costs."""
@@ -201,6 +205,8 @@ class _Call:
 
 
 _STOP: Final = object()
+_CHECKPOINT: Final = object()
+"""Queued by an inline commit that reached :data:`CHECKPOINT_EVERY_COMMITS`."""
 """Queued by close(): the writer finishes what is queued before it, then exits."""
 
 
@@ -244,12 +250,13 @@ class SQLiteStore:
         ``_writing``); equal to ``_enqueued`` when nothing is queued or committing."""
         self.inline_commits = 0
         """Appends committed inline (see the module docstring)."""
-        self._checkpointer: threading.Thread | None = None
-        self._checkpoint_due = threading.Event()
-        self._checkpoint_stop = False
         self._commits_at_checkpoint = 0
+        self._checkpoint_queued = False
+        self._checkpoint_wanted = False
+        self._checkpointing: sqlite3.Connection | None = None
+        """The writer thread's checkpoint connection."""
         self.checkpoints = 0
-        """Background checkpoints run so far."""
+        """Checkpoints run so far (on the writer thread)."""
         self._writer: threading.Thread | None = None
         self._slots: asyncio.Semaphore | None = None
         self._closed = False
@@ -271,45 +278,45 @@ class SQLiteStore:
         await asyncio.to_thread(self._open_sync)
         try:
             self._open_inline()
-            checkpointing = self._connect()
         except BaseException:
-            for conn in (self._write, self._read):
+            for conn in (self._checkpointing, self._write, self._read):
                 if conn is not None:
                     conn.close()
-            self._write = self._read = None
+            self._write = self._read = self._checkpointing = None
             raise
         self._writer = threading.Thread(
             target=self._writer_loop, name=f"wf-sqlite-writer:{self.root}", daemon=True
         )
         self._writer.start()
-        self._checkpoint_stop = False
-        self._checkpointer = threading.Thread(
-            target=self._checkpoint_loop,
-            args=(checkpointing,),
-            name=f"wf-sqlite-checkpoint:{self.root}",
-            daemon=True,
-        )
-        self._checkpointer.start()
-
-    def _checkpoint_loop(self, conn: sqlite3.Connection) -> None:
-        """The checkpoint thread (see the module docstring); owns ``conn``."""
-        try:
-            while True:
-                self._checkpoint_due.wait(CHECKPOINT_INTERVAL_S)
-                self._checkpoint_due.clear()
-                if self._checkpoint_stop:
-                    return
-                try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                except sqlite3.Error:
-                    continue  # the next round copies what this one could not
-                self.checkpoints += 1
-        finally:
-            conn.close()
 
     def request_checkpoint(self) -> None:
-        """Ask the checkpoint thread for a checkpoint now (it runs on its own)."""
-        self._checkpoint_due.set()
+        """Queue a checkpoint for the writer thread (it runs between commits)."""
+        if self._checkpoint_queued or self._writer is None or self._closed:
+            return
+        self._checkpoint_queued = True
+        self._enqueued += 1
+        self._queue.put(_CHECKPOINT)
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL back (writer thread, outside ``_writing``; see the module doc)."""
+        conn = self._checkpointing
+        if conn is None:
+            return
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            return  # the next one copies what this one could not
+        self.checkpoints += 1
+
+    def _checkpoint_due(self) -> bool:
+        """Whether the writer should checkpoint now (under ``_writing``); resets the count."""
+        if not self._checkpoint_wanted and (
+            self.commits - self._commits_at_checkpoint < CHECKPOINT_EVERY_COMMITS
+        ):
+            return False
+        self._checkpoint_wanted = self._checkpoint_queued = False
+        self._commits_at_checkpoint = self.commits
+        return True
 
     def _open_sync(self) -> None:
         for folder in (self.root, self.root / SCHEDULES_DIR, self.root / RUNS_DIR):
@@ -321,12 +328,13 @@ class SQLiteStore:
                 f"PRAGMA synchronous={'FULL' if self.durability == 'fsync' else 'NORMAL'}"
             )
             write.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
-            # The checkpoint thread copies the WAL back, never a commit (module doc).
+            # The writer thread checkpoints between commits, never a commit (module doc).
             write.execute("PRAGMA wal_autocheckpoint=0")
             self._migrate(write)
             read = self._connect()
             read.execute("PRAGMA query_only=ON")
             read.execute(f"PRAGMA mmap_size={READ_MMAP_BYTES}")
+            checkpointing = self._connect()
         except BaseException:
             write.close()
             if read is not None:
@@ -334,6 +342,7 @@ class SQLiteStore:
             raise
         self._write = write
         self._read = read
+        self._checkpointing = checkpointing
 
     def _open_inline(self) -> None:
         """Connect the inline lookup connection on this (the event-loop) thread.
@@ -425,16 +434,11 @@ class SQLiteStore:
             self._queue.put(_STOP)
             await asyncio.to_thread(writer.join)
             self._writer = None
-        checkpointer, self._checkpointer = self._checkpointer, None
-        if checkpointer is not None:
-            self._checkpoint_stop = True
-            self._checkpoint_due.set()
-            await asyncio.to_thread(checkpointer.join)
         self.lock.release()
-        for conn in (self._write, self._read):
+        for conn in (self._checkpointing, self._write, self._read):
             if conn is not None:
                 conn.close()
-        self._write = self._read = None
+        self._write = self._read = self._checkpointing = None
         self._close_inline()
 
     def _close_inline(self) -> None:
@@ -518,6 +522,8 @@ class SQLiteStore:
                 return False  # an earlier write is queued or committing: keep the order
             self._commit(conn, [pending])
             self.inline_commits += 1
+            if self.commits - self._commits_at_checkpoint >= CHECKPOINT_EVERY_COMMITS:
+                self.request_checkpoint()
             return True
         finally:
             self._writing.release()
@@ -533,6 +539,9 @@ class SQLiteStore:
                 break
             with self._writing:
                 stopping = self._take(conn, first)
+                due = self._checkpoint_due()
+            if due:
+                self._checkpoint()
         # Nothing should follow the stop mark; never leave a caller waiting if it did.
         late: list[_Pending] = []
         while True:
@@ -550,6 +559,10 @@ class SQLiteStore:
         """Finish ``first`` and, for an append, what queued behind it (one group
         commit); under ``_writing``. Returns whether the stop mark came up."""
         stopping = False
+        if first is _CHECKPOINT:
+            self._checkpoint_wanted = True
+            self._finished += 1
+            return stopping
         if isinstance(first, _ClearFence):
             self._clear(first)
             self._finished += 1
@@ -561,7 +574,7 @@ class SQLiteStore:
         assert isinstance(first, _Pending)
         batch = [first]
         size = len(first.steps)
-        clear: _ClearFence | _Call | None = None
+        clear: object = None
         while size < BATCH_STEPS_MAX:
             try:
                 item = self._queue.get_nowait()
@@ -570,7 +583,7 @@ class SQLiteStore:
             if item is _STOP:
                 stopping = True
                 break
-            if isinstance(item, (_ClearFence, _Call)):
+            if isinstance(item, (_ClearFence, _Call)) or item is _CHECKPOINT:
                 clear = item
                 break
             assert isinstance(item, _Pending)
@@ -581,6 +594,8 @@ class SQLiteStore:
             self._clear(clear)
         elif isinstance(clear, _Call):
             _run_call(conn, clear)
+        elif clear is _CHECKPOINT:
+            self._checkpoint_wanted = True
         self._finished += len(batch) + (clear is not None)
         return stopping
 
@@ -623,9 +638,6 @@ class SQLiteStore:
             return
         self.commits += 1
         self.appends_committed += len(batch)
-        if self.commits - self._commits_at_checkpoint >= CHECKPOINT_EVERY_COMMITS:
-            self._commits_at_checkpoint = self.commits
-            self._checkpoint_due.set()
         _settle(batch, None)
 
     # ------------------------------------------------------- runtime catalog
