@@ -242,6 +242,12 @@ async def _exercise(app: App, server: WfServer) -> None:
     await same_refusal(
         app.poll("w1", max_items=1, wait_s=-1.0), api.poll("w1", 1, -1.0, C), InvalidArgument
     )
+    # More grants to start on receipt than asked for: refused alike, nothing granted.
+    await same_refusal(
+        app.poll("w1", max_items=1, wait_s=0.0, start=2),
+        api.poll("w1", 1, 0.0, C, start=2),
+        InvalidArgument,
+    )
     over_wire = await app.poll("w1", max_items=1, wait_s=0.0)
     in_process = await api.poll("w1", 1, 0.0, C)
     assert type(over_wire) is type(in_process) is PollResult

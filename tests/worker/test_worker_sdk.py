@@ -232,6 +232,10 @@ def test_activity_decorator_and_worker_validation() -> None:
         Worker("http://h", [gpu_job], capabilities={"cpu"})
     with pytest.raises(InvalidArgument, match="two activities"):
         Worker("http://h", [add, add])
+    for delay in (-0.1, 61.0):
+        with pytest.raises(InvalidArgument, match="start_report_delay_s"):
+            Worker("http://h", [add], start_report_delay_s=delay)
+    assert Worker("http://h", [add], start_report_delay_s=None).start_report_delay_s is None
     with pytest.raises(RuntimeError, match="not running inside"):
         heartbeat({"x": 1})
 
