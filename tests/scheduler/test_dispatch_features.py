@@ -445,7 +445,7 @@ def test_saturated_workers_raise_backpressure_by_utilization() -> None:
 
 
 def test_delayed_activity_stays_dormant_until_a_tick_at_its_instant() -> None:
-    d = Driver()
+    d = Driver(SchedulerConfig(early_grant_s=0))
     d.register("w1", max_concurrency=5)
     d.do(cmd.Poll, worker_id="w1", max_items=5)
     d.submit(act("later", not_before=T0 + 10), act("now", not_before=T0))

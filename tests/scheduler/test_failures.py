@@ -416,7 +416,7 @@ def test_retry_with_backoff_is_delayed_then_queued_on_tick() -> None:
         assert (transition.to_state, transition.not_before) == (S.DELAYED, d.now + delay)
         assert transition.error == "Boom: no"
         due = d.now + delay
-        d.tick(due - 0.001)
+        d.tick(due - d.core.config.early_grant_s - 0.001)
         assert d.state("a") is S.DELAYED
         assert d.lease() == {}
         out = d.tick(due)

@@ -73,6 +73,13 @@ class SchedulerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Most activities one Submit may carry."""
     poll_items_max: int = 1_000
     """Most leases one Poll may ask for."""
+    early_grant_s: float = 0.05
+    """How long before its ``not_before`` a delayed activity joins the ready queue.
+
+    A grant made before that instant carries it (``LeaseGranted.not_before``) and
+    the worker starts the activity then, on its own timer: delayed work does not
+    wait for the dispatch hop after its instant. The price is a slot held idle for
+    at most this long. ``0`` queues each delayed activity at its instant."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.lease_ttl_s) and self.lease_ttl_s > 0):
@@ -85,6 +92,14 @@ class SchedulerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             raise InvalidArgument(
                 f"default_policy {self.default_policy!r} is not a configured policy group",
                 field="default_policy",
+            )
+        if not (math.isfinite(self.early_grant_s) and 0 <= self.early_grant_s <= 60):
+            raise InvalidArgument(
+                "early_grant_s must be within 0..60 seconds", field="early_grant_s"
+            )
+        if self.early_grant_s >= self.lease_ttl_s:
+            raise InvalidArgument(
+                "early_grant_s must be shorter than lease_ttl_s", field="early_grant_s"
             )
         if self.submit_batch_max < 1 or self.poll_items_max < 1:
             raise InvalidArgument("batch bounds must be at least 1")

@@ -25,7 +25,11 @@ them gets it. Each grant is a ``LEASED`` transition with a fresh fencing
 token. The worker reports ``StartActivity`` (``EXECUTING``), renews, and
 finishes with ``Complete`` or ``Fail``; a failure is retried with backoff
 (``DELAYED``) while its retry budget lasts. ``Tick`` fires due timers and
-cron triggers, expires lapsed leases and declares silent workers lost.
+cron triggers, expires lapsed leases and declares silent workers lost. A
+timer fires ``early_grant_s`` before its instant: a grant made before the
+instant carries it as ``not_before`` (never started on grant), and the worker
+starts the activity at that instant on its own timer, so delayed work does
+not wait for the dispatch hop after its instant.
 
 Lost work is requeued with its counters: a lease lost before the start is
 simply requeued; an activity lost while ``EXECUTING`` is requeued only if
@@ -196,8 +200,9 @@ class SchedulerCore:
 
     def next_wake_at(self, now: float) -> float | None:
         """The earliest instant at which a Tick would have something to do."""
+        due = self.timers.next_due_at()
         candidates = [
-            self.timers.next_due_at(),
+            None if due is None else due - self.config.early_grant_s,
             self.crons.next_due_at(),
             self.leases.next_expiry_at(),
             self.registry.next_deadline_at(),
@@ -800,7 +805,9 @@ class SchedulerCore:
     def _tick(self, c: cmd.Tick) -> None:
         now = c.now
         self._now = now
-        for activity_id in self.timers.pop_due(now):
+        # Early by early_grant_s: a grant made before the instant carries it, and the
+        # worker starts the activity then (see SchedulerConfig.early_grant_s).
+        for activity_id in self.timers.pop_due(now + self.config.early_grant_s):
             self._enqueue(self.activities[activity_id], "timer", now)
         self._fire_crons(now)
         for activity_id, token, expires_at in self.leases.pop_expired(now):
@@ -948,11 +955,16 @@ class SchedulerCore:
     ) -> None:
         lease = self.leases.grant(a, worker.info.worker_id, now)
         self._to(a, _LEASED, "granted", now)
+        not_before = _not_yet(a, now)
         # Only where a lost grant is harmless: if the answer carrying it never reaches
         # the worker, the lease expires and an activity that may run again is simply
         # requeued. Any other activity keeps the StartActivity handshake, so "may have
-        # executed" stays exact for it.
-        started = worker.start_demand > 0 and (a.idempotent or a.retry.restart_on_abandon)
+        # executed" stays exact for it. An early grant starts later, on the worker.
+        started = (
+            worker.start_demand > 0
+            and not_before is None
+            and (a.idempotent or a.retry.restart_on_abandon)
+        )
         if started:
             # Both transitions land in this command's one commit, so the store never
             # holds a started activity whose grant it lacks.
@@ -982,6 +994,7 @@ class SchedulerCore:
                 payload=a.payload,
                 started=started,
                 may_restart=a.idempotent or a.retry.restart_on_abandon,
+                not_before=not_before,
             )
         )
 
@@ -1027,6 +1040,7 @@ class SchedulerCore:
                         correlation_id=a.correlation_id,
                         payload=a.payload,
                         may_restart=a.idempotent or a.retry.restart_on_abandon,
+                        not_before=_not_yet(a, now),
                     )
                 )
             if thief.demand <= 0:
@@ -1051,6 +1065,12 @@ class SchedulerCore:
         return min(times) if times else None
 
     _now: float = 0.0
+
+
+def _not_yet(a: Activity, now: float) -> float | None:
+    """The activity's due instant if a grant at ``now`` comes before it (early grant)."""
+    not_before = a.not_before
+    return not_before if not_before is not None and not_before > now else None
 
 
 def retry_delay_s(a: Activity) -> float:

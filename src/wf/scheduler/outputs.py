@@ -36,6 +36,9 @@ class LeaseGranted(_Decision, frozen=True, kw_only=True, tag="lease_granted"):
     may begin it before its start is acknowledged and report the start with the
     result (``unreported_start``): a start the server never learns of is harmless, the
     lease simply expires and the activity is requeued."""
+    not_before: float | None = None
+    """Set on a grant made before the activity's due instant (``early_grant_s``): the
+    worker must not start it before this POSIX instant. Never set with ``started``."""
 
 
 class LeaseRevoked(_Decision, frozen=True, kw_only=True, tag="lease_revoked"):

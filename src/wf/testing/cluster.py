@@ -201,6 +201,18 @@ class InProcessCluster:
         if not worker.alive:
             return
         self._note(f"{lease.activity_id} leased to {lease.worker_id} (token {lease.token})")
+        if grant.not_before is not None and grant.not_before > self.clock.now():
+            # An early grant: the worker waits for the instant (a revocation cancels it).
+            begin = self.clock.call_at(grant.not_before, functools.partial(self._begin, grant))
+            worker.running[lease.activity_id] = (lease.token, [begin])
+            return
+        self._begin(grant)
+
+    def _begin(self, grant: LeaseGranted) -> None:
+        lease = grant.lease
+        worker = self.workers[lease.worker_id]
+        if not worker.alive:
+            return
         if not self._send(
             cmd.StartActivity(
                 now=self.clock.now(), activity_id=lease.activity_id, token=lease.token

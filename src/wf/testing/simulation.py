@@ -600,7 +600,11 @@ class Simulation:
                 task = _Task(activity_id=aid, token=d.lease.token, duration_s=self._duration())
                 w.tasks[aid] = task
                 inc = w.incarnation
-                self._at(self.rng.uniform(0.0, 1.0), partial(self._start, w, task, inc))
+                delay = self.rng.uniform(0.0, 1.0)
+                if d.not_before is not None:
+                    # An early grant: the worker never starts it before its instant.
+                    delay = max(delay, d.not_before - self.clock.now())
+                self._at(delay, partial(self._start, w, task, inc))
             elif isinstance(d, LeaseRevoked):
                 holder = self.workers[d.worker_id]
                 held = holder.tasks.get(d.activity_id)

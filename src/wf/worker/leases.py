@@ -44,6 +44,9 @@ class HeldLease:
     """The server knows it started (on grant, or a ``leases.start`` it acknowledged)."""
     start_calling: bool = False
     """A deferred ``leases.start`` is on the wire (it must land before the result)."""
+    due_wake: asyncio.Event | None = None
+    """Set while an early grant waits in its slot for ``not_before``; losing the
+    lease sets it, so the wait ends at once."""
 
     @property
     def token(self) -> int:
@@ -70,6 +73,8 @@ class WorkerCounters:
     """Activities begun (after an acknowledged start, on grant, or unreported)."""
     started_on_grant: int = 0
     """Leases whose grant was also their start (no ``scheduler.leases.start`` sent)."""
+    early_grants: int = 0
+    """Leases granted before their ``not_before``, started by the worker's own timer."""
     unreported_starts: int = 0
     """Results that carried their own start (``unreported_start``; a ``may_restart``
     activity that finished before its start was reported)."""

@@ -42,7 +42,15 @@ once instead of letting them expire), keep heartbeating and renewing while
 executing activities finish and report, then stop. The worker never
 re-registers while draining: that would make it active again.
 
-Time is the event loop's monotonic clock; nothing here reads the wall clock.
+An *early grant* (``LeaseGranted.not_before``: the server queues a delayed
+activity ``early_grant_s`` before its instant) takes its execution slot at
+once and waits there for the instant on the worker's own timer, so delayed
+work starts on time without a dispatch hop after its instant; losing the
+lease (a revocation, a graceful shutdown) ends the wait.
+
+Time is the event loop's monotonic clock, except ``not_before``, which is
+scheduler time: the injected :class:`~wf.clock.Clock` (wall time anchored
+once, advanced monotonically) tells when it has come.
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ import msgspec
 
 import wf
 from wf.client.rpc_client import RpcClient
+from wf.clock import Clock, SystemClock, sleep_until
 from wf.errors import (
     Conflict,
     Forbidden,
@@ -152,6 +161,8 @@ class Worker:
     worker's capacity); graceful shutdown returns them at once.
     ``drain_timeout_s`` bounds how long :meth:`shutdown` waits for executing
     activities before cancelling them (``None``: as long as they take).
+    ``clock`` is scheduler time for early grants (default
+    :class:`~wf.clock.SystemClock`).
     """
 
     def __init__(
@@ -173,6 +184,7 @@ class Worker:
         drain_timeout_s: float | None = None,
         version: str = wf.__version__,
         start_report_delay_s: float | None = START_REPORT_DELAY_S,
+        clock: Clock | None = None,
     ) -> None:
         self.servers = [servers] if isinstance(servers, str) else list(servers)
         if not self.servers:
@@ -230,6 +242,8 @@ class Worker:
             tenants=self.tenants,
             partitions=self.partitions,
         )
+        self.clock: Clock = clock or SystemClock()
+        """Scheduler time, for early grants' ``not_before`` (see the module docstring)."""
         self.counters = WorkerCounters()
         self.lease_ttl_s = DEFAULT_LEASE_TTL_S
         self.connected = asyncio.Event()
@@ -274,6 +288,7 @@ class Worker:
             "drain_timeout_s": self.drain_timeout_s,
             "version": self.version,
             "start_report_delay_s": self.start_report_delay_s,
+            "clock": self.clock,
         }
         settings.update(changes)
         return Worker(**settings)
@@ -378,6 +393,8 @@ class Worker:
         await stop_task(self._poll_task)
         while self._buffer:
             self._lose(self._buffer[0], "returned")
+        for held in [h for h in self._held.values() if h.due_wake is not None]:
+            self._lose(held, "returned")  # not started yet: the server requeues it
         await self._announce_shutdown()
         self._check_idle()
         try:
@@ -679,6 +696,8 @@ class Worker:
             return
         held.lost = reason
         held.context.cancel(reason)
+        if held.due_wake is not None:
+            held.due_wake.set()
         self.counters.lost += 1
         log.info(
             "lease %s lost: %s",
@@ -713,7 +732,11 @@ class Worker:
         try:
             ending: Ending | None = None
             try:
-                if grant.started:
+                if grant.not_before is not None:
+                    await self._until_due(held, grant.not_before)
+                if held.lost is not None:
+                    began = False
+                elif grant.started:
                     held.start_reported = True
                     self.counters.started_on_grant += 1
                     began = True
@@ -740,6 +763,19 @@ class Worker:
             if reporter is not None and not reporter.done():
                 reporter.cancel()
             self._release(held)
+
+    async def _until_due(self, held: HeldLease, not_before: float) -> None:
+        """Hold an early grant's slot until ``not_before`` or until the lease is lost."""
+        self.counters.early_grants += 1
+        clock = self.clock
+        held.due_wake = wake = asyncio.Event()
+        try:
+            # A loop: an event-loop timer may wake a fraction of a millisecond early
+            # (libuv counts whole milliseconds), and the instant must never be beaten.
+            while held.lost is None and clock.now() < not_before:
+                await sleep_until(clock, not_before, wake)
+        finally:
+            held.due_wake = None
 
     async def _report_start_later(self, held: HeldLease) -> None:
         """Report a ``may_restart`` activity's start once it has run a while."""

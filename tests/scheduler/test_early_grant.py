@@ -1,0 +1,130 @@
+"""Early grants: a delayed activity joins the queue ``early_grant_s`` before its instant,
+and a grant made before the instant carries it (``LeaseGranted.not_before``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from _core_helpers import T0, Driver, act, of_type
+
+from wf.errors import InvalidArgument
+from wf.scheduler import commands as cmd
+from wf.scheduler.config import SchedulerConfig, StealingConfig
+from wf.scheduler.model import ActivityState as S
+from wf.scheduler.model import RetryPolicy
+from wf.scheduler.outputs import LeaseGranted, Transition
+
+LEAD = SchedulerConfig().early_grant_s
+
+
+def granted(out_decisions: list[object]) -> dict[str, LeaseGranted]:
+    return {g.lease.activity_id: g for g in of_type(out_decisions, LeaseGranted)}
+
+
+def test_the_default_lead_is_a_small_positive_fraction_of_a_second() -> None:
+    assert 0 < LEAD <= 0.1
+
+
+def test_a_waiting_worker_gets_a_delayed_activity_early_with_its_instant() -> None:
+    d = Driver()
+    d.register("w1", max_concurrency=2)
+    due = T0 + 10
+    d.submit(act("a", not_before=due, idempotent=True))
+    d.do(cmd.Poll, worker_id="w1", max_items=2, start=2)
+    assert d.core.next_wake_at(d.now) == due - LEAD
+    assert d.tick(due - LEAD - 0.001).decisions == []
+    assert d.state("a") is S.DELAYED
+    out = d.tick(due - LEAD)
+    (grant,) = granted(out.decisions).values()
+    assert grant.not_before == due
+    # Never started on grant, even where the poll offered starts: the instant is later.
+    assert grant.started is False and grant.may_restart is True
+    assert d.state("a") is S.LEASED
+    assert [(r.from_state, r.to_state, r.reason) for r in of_type(out.records, Transition)] == [
+        (S.DELAYED, S.QUEUED, "timer"),
+        (S.QUEUED, S.LEASED, "granted"),
+    ]
+
+
+def test_zero_lead_queues_at_the_instant_and_grants_without_not_before() -> None:
+    d = Driver(SchedulerConfig(early_grant_s=0))
+    d.register("w1", max_concurrency=1)
+    due = T0 + 10
+    d.submit(act("a", not_before=due))
+    d.do(cmd.Poll, worker_id="w1", max_items=1)
+    assert d.core.next_wake_at(d.now) == due
+    assert d.tick(due - 0.001).decisions == []
+    (grant,) = granted(d.tick(due).decisions).values()
+    assert grant.not_before is None
+
+
+def test_a_grant_after_the_instant_carries_no_not_before_and_may_start_on_grant() -> None:
+    d = Driver()
+    d.register("w1", max_concurrency=1)
+    due = T0 + 10
+    d.submit(act("a", not_before=due, idempotent=True))
+    d.tick(due - LEAD)
+    assert d.state("a") is S.QUEUED  # early, but nobody was waiting
+    d.now = due + 1
+    (grant,) = granted(d.do(cmd.Poll, worker_id="w1", max_items=1, start=1).decisions).values()
+    assert grant.not_before is None
+    assert grant.started is True
+    assert d.state("a") is S.EXECUTING
+
+
+def test_an_early_queued_activity_keeps_its_fifo_place_and_its_instant() -> None:
+    d = Driver()
+    d.register("w1", max_concurrency=1)
+    due = T0 + 10
+    d.submit(act("later", not_before=due))
+    d.tick(due - LEAD)
+    d.submit(act("now"))
+    (grant,) = granted(d.do(cmd.Poll, worker_id="w1", max_items=1).decisions).values()
+    # FIFO within a priority: the early one was queued first, and it is taken first.
+    assert grant.lease.activity_id == "later"
+    assert grant.not_before == due
+
+
+def test_a_retry_backoff_is_granted_early_too() -> None:
+    d = Driver()
+    d.register("w1", max_concurrency=1)
+    d.submit(act("a", retry=RetryPolicy(max_attempts=2, initial_backoff_s=2.0)))
+    (lease,) = d.lease("w1").values()
+    d.start(lease)
+    d.fail(lease, error_type="Boom", message="no")
+    due = d.core.activities["a"].not_before
+    assert due is not None and due > d.now
+    d.do(cmd.Poll, worker_id="w1", max_items=1)
+    (grant,) = granted(d.tick(due - LEAD).decisions).values()
+    assert (grant.not_before, grant.lease.attempt) == (due, 2)
+
+
+def test_a_stolen_early_grant_keeps_its_instant() -> None:
+    d = Driver(SchedulerConfig(stealing=StealingConfig(enabled=True)))
+    d.register("victim", max_concurrency=3)
+    due = T0 + 10
+    d.submit(*(act(f"a{i}", not_before=due) for i in range(3)))
+    d.do(cmd.Poll, worker_id="victim", max_items=3)
+    first = granted(d.tick(due - LEAD).decisions)
+    assert set(first) == {"a0", "a1", "a2"}
+    d.start(first["a0"].lease)  # not before its instant in production; the core allows it
+    d.register("thief", max_concurrency=1)
+    stolen = granted(d.do(cmd.Poll, worker_id="thief", max_items=1).decisions)
+    (grant,) = stolen.values()
+    assert grant.lease.worker_id == "thief"
+    assert grant.not_before == due
+
+
+@pytest.mark.parametrize("lead", [-0.1, math.nan, math.inf, 61.0])
+def test_an_out_of_range_lead_is_refused(lead: float) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        SchedulerConfig(early_grant_s=lead)
+    assert err.value.code == "invalid_argument"
+    assert err.value.details["field"] == "early_grant_s"
+
+
+def test_a_lead_as_long_as_the_lease_ttl_is_refused() -> None:
+    with pytest.raises(InvalidArgument) as err:
+        SchedulerConfig(lease_ttl_s=1.0, early_grant_s=1.0)
+    assert err.value.details["field"] == "early_grant_s"
