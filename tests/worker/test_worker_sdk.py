@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from wf.client.rpc_client import RpcClient
+from wf.clock import SystemClock
 from wf.errors import InvalidArgument, Unauthorized
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.model import RetryPolicy
@@ -549,6 +550,94 @@ def test_graceful_shutdown_returns_unstarted_leases(tmp_path: Path) -> None:
             workers = {w["info"]["worker_id"]: w["status"] for w in
                        await admin.call("scheduler.workers.list", {})}  # fmt: skip
             assert workers["first"] == "gone"
+
+    run(main)
+
+
+def _early(lead_s: float) -> SchedulerConfig:
+    return SchedulerConfig(early_grant_s=lead_s)
+
+
+def test_an_early_grant_waits_in_its_slot_and_starts_at_its_instant(tmp_path: Path) -> None:
+    clock = SystemClock()
+    starts: list[float] = []
+
+    @activity(name="punctual", idempotent=True)
+    async def punctual() -> None:
+        starts.append(clock.now())
+
+    async def main() -> None:
+        async with cluster(tmp_path, dispatch=_early(2.0)) as (server, admin, recorder):
+            worker = make_worker(server, [punctual], max_concurrency=1, clock=clock)
+            async with running(worker):
+                due = clock.now() + 2.2
+                await submit(admin, punctual.activity("p-1", not_before=due))
+                await eventually(lambda: worker.counters.early_grants == 1, "the early grant")
+                # Received well ahead of its instant: it holds the slot, not yet begun.
+                assert clock.now() < due
+                assert worker.executing == 1 and starts == []
+                assert await state(admin, "p-1") == "leased"
+                await eventually(lambda: "p-1" in recorder.completed(), "p-1 completed")
+            assert len(starts) == 1 and starts[0] >= due
+            assert worker.counters.started_on_grant == 0
+            rows = await history(admin, "p-1")
+            assert [r["to_state"] for r in rows] == [
+                "delayed", "queued", "leased", "executing", "completed",
+            ]  # fmt: skip
+            # The server recorded the start no earlier than the instant either.
+            assert rows[3]["at"] >= due
+
+    run(main)
+
+
+def test_cancelling_an_early_grant_ends_its_wait_and_frees_the_slot(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    @activity(name="never", idempotent=True)
+    async def never() -> None:
+        ran.append(activity_info().activity_id)
+
+    async def main() -> None:
+        async with cluster(tmp_path, dispatch=_early(5.0)) as (server, admin, recorder):
+            worker = make_worker(server, [never], max_concurrency=1)
+            async with running(worker):
+                due = worker.clock.now() + 5.0
+                await submit(admin, never.activity("n-1", not_before=due))
+                await eventually(lambda: worker.counters.early_grants == 1, "the early grant")
+                await admin.call("scheduler.activities.cancel", {"activity_id": "n-1"})
+                # The revocation ends the wait long before the instant.
+                await eventually(lambda: worker.executing == 0, "slot freed")
+                assert worker.clock.now() < due
+                assert worker.counters.lost == 1
+                await submit(admin, never.activity("n-2"))
+                await eventually(lambda: "n-2" in recorder.completed(), "the slot serves n-2")
+            assert ran == ["n-2"]
+            assert await state(admin, "n-1") == "cancelled"
+
+    run(main)
+
+
+def test_shutdown_returns_an_early_grant_that_still_waits(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    @activity(name="later", idempotent=True)
+    async def later() -> None:
+        ran.append(activity_info().activity_id)
+
+    async def main() -> None:
+        async with cluster(tmp_path, dispatch=_early(5.0)) as (server, admin, _recorder):
+            worker = make_worker(server, [later], max_concurrency=1)
+            task = asyncio.create_task(worker.run())
+            await eventually(worker.connected.is_set, "registration")
+            due = worker.clock.now() + 5.0
+            await submit(admin, later.activity("l-1", not_before=due))
+            await eventually(lambda: worker.counters.early_grants == 1, "the early grant")
+            await worker.shutdown()
+            await task
+            assert worker.clock.now() < due
+            assert ran == []
+            assert await state(admin, "l-1") == "queued"
+            assert (await history(admin, "l-1"))[-1]["reason"] == "returned"
 
     run(main)
 
