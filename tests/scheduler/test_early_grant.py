@@ -39,7 +39,8 @@ def test_a_waiting_worker_gets_a_delayed_activity_early_with_its_instant() -> No
     (grant,) = granted(out.decisions).values()
     assert grant.not_before == due
     # Never started on grant, even where the poll offered starts: the instant is later.
-    assert grant.started is False and grant.may_restart is True
+    assert grant.started is False
+    assert grant.may_restart is True
     assert d.state("a") is S.LEASED
     assert [(r.from_state, r.to_state, r.reason) for r in of_type(out.records, Transition)] == [
         (S.DELAYED, S.QUEUED, "timer"),
@@ -94,7 +95,8 @@ def test_a_retry_backoff_is_granted_early_too() -> None:
     d.start(lease)
     d.fail(lease, error_type="Boom", message="no")
     due = d.core.activities["a"].not_before
-    assert due is not None and due > d.now
+    assert due is not None
+    assert due > d.now
     d.do(cmd.Poll, worker_id="w1", max_items=1)
     (grant,) = granted(d.tick(due - LEAD).decisions).values()
     assert (grant.not_before, grant.lease.attempt) == (due, 2)

@@ -575,10 +575,12 @@ def test_an_early_grant_waits_in_its_slot_and_starts_at_its_instant(tmp_path: Pa
                 await eventually(lambda: worker.counters.early_grants == 1, "the early grant")
                 # Received well ahead of its instant: it holds the slot, not yet begun.
                 assert clock.now() < due
-                assert worker.executing == 1 and starts == []
+                assert worker.executing == 1
+                assert starts == []
                 assert await state(admin, "p-1") == "leased"
                 await eventually(lambda: "p-1" in recorder.completed(), "p-1 completed")
-            assert len(starts) == 1 and starts[0] >= due
+            assert len(starts) == 1
+            assert starts[0] >= due
             assert worker.counters.started_on_grant == 0
             rows = await history(admin, "p-1")
             assert [r["to_state"] for r in rows] == [

@@ -1,8 +1,9 @@
-"""A JSON-RPC 2.0 client over HTTP (aiohttp), shared by the worker SDK and ``App``.
+"""A JSON-RPC 2.0 client over HTTP/1.1, shared by the worker SDK and ``App``.
 
 Theory of operation
 -------------------
-One :class:`RpcClient` holds one aiohttp session (keep-alive connections),
+One :class:`RpcClient` holds one :class:`~wf.client.http1.Http1Pool`
+(keep-alive connections; see that module for why not aiohttp's client),
 the server URL(s), the bearer token and the TLS context. :meth:`call` sends
 one request; :meth:`batch` sends many in one HTTP request (one round trip,
 and on the server one group commit). A JSON-RPC error whose ``data.code`` is
@@ -17,13 +18,14 @@ unreachable (failover between nodes).
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Sequence
 from typing import Any, Final
 
-import aiohttp
 import msgspec
 
+from wf.client.http1 import Http1Pool, HttpError, Origin
 from wf.errors import (
     ALL_ERRORS,
     Internal,
@@ -36,6 +38,8 @@ from wf.errors import (
 
 _BY_CODE: Final[dict[str, type[WfError]]] = {cls.code: cls for cls in ALL_ERRORS}
 
+RPC_PATH: Final = "/rpc"
+"""Where the server answers JSON-RPC, below the URL's own path."""
 REQUEST_TIMEOUT_S: Final = 90.0
 """Upper bound of one HTTP request (long polls wait up to 60 s)."""
 
@@ -71,12 +75,17 @@ class RpcClient:
         self.urls = [urls] if isinstance(urls, str) else list(urls)
         if not self.urls:
             raise InvalidArgument("at least one server URL is needed")
+        try:
+            self._origins = [Origin.parse(url) for url in self.urls]
+        except ValueError as exc:
+            raise InvalidArgument(str(exc), field="urls") from exc
         self._current = 0
-        self._headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json"}
         if token is not None:
-            self._headers["Authorization"] = f"Bearer {token}"
+            headers["Authorization"] = f"Bearer {token}"
+        self._heads = [origin.request_head(RPC_PATH, headers) for origin in self._origins]
         self._ssl = ssl_context
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: Http1Pool | None = None
         self._next_id = 0
         self._encoder = msgspec.json.Encoder()
 
@@ -85,21 +94,11 @@ class RpcClient:
         """The server currently in use."""
         return self.urls[self._current]
 
-    def _session_for_use(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
-                headers=self._headers,
-            )
-        return self._session
-
     async def close(self) -> None:
-        """Close the connections."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the connections (a later call opens new ones)."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
 
     async def __aenter__(self) -> RpcClient:
         return self
@@ -144,16 +143,20 @@ class RpcClient:
     async def _post(self, body: bytes) -> Any:
         last: Exception | None = None
         for _ in range(len(self.urls)):
+            current = self._current
             try:
-                session = self._session_for_use()
-                async with session.post(self.url + "/rpc", data=body) as response:
-                    payload = await response.read()
-                    if response.status == 204:
-                        return []
-                    if response.status not in (200, 401):
-                        raise RpcUnavailable(f"HTTP {response.status} from {self.url}")
-                    return msgspec.json.decode(payload)
-            except (aiohttp.ClientError, OSError, TimeoutError, msgspec.DecodeError) as exc:
+                if self._pool is None:
+                    self._pool = Http1Pool(self._ssl)
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                    response = await self._pool.post(
+                        self._origins[current], self._heads[current], body
+                    )
+                if response.status == 204:
+                    return []
+                if response.status not in (200, 401):
+                    raise RpcUnavailable(f"HTTP {response.status} from {self.url}")
+                return msgspec.json.decode(response.body)
+            except (HttpError, OSError, TimeoutError, msgspec.DecodeError) as exc:
                 last = exc
-                self._current = (self._current + 1) % len(self.urls)
+                self._current = (current + 1) % len(self.urls)
         raise RpcUnavailable(f"no server reachable ({last!r})", urls=self.urls)

@@ -1,0 +1,255 @@
+"""A lean HTTP/1.1 client for wf's JSON-RPC POSTs: keep-alive connections and TLS.
+
+Theory of operation
+-------------------
+Every call a wf client makes is one ``POST`` with a JSON body, answered with a
+JSON body, and a worker makes three of them per activity (the poll that
+brings it, the result, the next poll), so the client's own cost per call lies
+on the path of every dispatch. aiohttp's client serves the general case
+(cookies, redirects, proxies, tracing hooks, streaming) and spends about
+220 µs of CPU per such call on the reference machine; this client spends
+about 60 (``bench/floor.py``'s ``client_call_cpu_us``). The server stays on
+aiohttp.
+
+:class:`Http1Pool` keeps idle keep-alive connections per :class:`Origin` and
+opens another when none is idle, so concurrent calls (a long poll, the
+outbox, a heartbeat) each have a connection of their own; one request at a
+time per connection, never pipelined, at most ``limit`` connections at once.
+Each connection is an :class:`asyncio.Protocol` feeding :mod:`httptools`'
+C parser (uvicorn's, by uvloop's authors): ``Content-Length`` and chunked
+bodies, keep-alive as the server says. A connection the server closes while
+idle leaves the pool at once; one whose response says ``close``, fails to
+parse, or whose request is cancelled (a timeout) is closed, since its state
+is unknown. Failures raise :class:`HttpError`; nothing is retried here, as
+with any POST that may have been applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import select
+import socket
+import ssl
+from typing import Final, NamedTuple, cast
+from urllib.parse import urlsplit
+
+import httptools
+
+__all__ = ["CONNECTIONS_MAX", "Http1Pool", "HttpError", "Origin", "Response"]
+
+CONNECTIONS_MAX: Final = 100
+"""Most connections one pool has open at once (aiohttp's default limit too)."""
+IDLE_MAX: Final = 16
+"""Most idle connections kept per origin."""
+
+
+class HttpError(Exception):
+    """The request got no complete HTTP response (connect, reset, malformed answer)."""
+
+
+class Response(NamedTuple):
+    """A complete HTTP response."""
+
+    status: int
+    body: bytes
+
+
+class Origin(NamedTuple):
+    """Where requests go: scheme, host, port, and the path prefix of the URL."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str
+
+    @classmethod
+    def parse(cls, url: str) -> Origin:
+        """``http[s]://host[:port][/prefix]``; raises ValueError otherwise."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL with a host: {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+    def request_head(self, path: str, headers: dict[str, str]) -> bytes:
+        """The request line and fixed headers of a POST to ``path`` (below the prefix),
+        up to ``Content-Length``'s value, which the caller appends with the body."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.scheme == "https" else 80
+        authority = host if self.port == default else f"{host}:{self.port}"
+        lines = [f"POST {self.path}{path} HTTP/1.1", f"Host: {authority}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        lines.append("Content-Length: ")
+        return "\r\n".join(lines).encode("latin-1")
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: a request at a time, its response parsed as it comes."""
+
+    def __init__(self, pool: Http1Pool, origin: Origin) -> None:
+        self.pool = pool
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.reusable = True
+        self._parser = httptools.HttpResponseParser(self)
+        self._body: list[bytes] = []
+        self._waiter: asyncio.Future[Response] | None = None
+
+    # -------------------------------------------------------- asyncio protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, only alike.
+        self.transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                # One write per request: no reason to let Nagle hold it back.
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(HttpError(f"malformed HTTP response: {exc}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.reusable = False
+        self.pool._forget(self)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(HttpError(f"connection closed before the response ended: {exc}"))
+
+    # --------------------------------------------------------- parser callbacks
+
+    def on_message_begin(self) -> None:
+        self._body = []
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is None or waiter.done():
+            # A response nobody asked for: the connection is out of step.
+            self._fail(HttpError("unsolicited HTTP response"))
+            return
+        if not self._parser.should_keep_alive():
+            self.reusable = False
+        waiter.set_result(Response(self._parser.get_status_code(), b"".join(self._body)))
+
+    # ------------------------------------------------------------------ use
+
+    def _fail(self, exc: HttpError) -> None:
+        self.reusable = False
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+        self.close()
+
+    def stale(self) -> bool:
+        """Whether the idle connection has something to read: the server closed it (or
+        sent what nobody asked for). The event loop may not have run since (a blocking
+        caller's private loop runs only during calls), so the socket itself is asked."""
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None:
+            return False
+        try:
+            readable, _, _ = select.select([sock.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self.reusable = False
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    async def request(self, data: bytes) -> Response:
+        """Send one whole request and wait for its response."""
+        assert self.transport is not None
+        assert self._waiter is None
+        waiter: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        self.transport.write(data)
+        return await waiter
+
+
+class Http1Pool:
+    """Keep-alive HTTP/1.1 connections per origin (see the module docstring)."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None, *, limit: int = CONNECTIONS_MAX):
+        self._ssl = ssl_context
+        self._idle: dict[Origin, list[_Connection]] = {}
+        self._open: set[_Connection] = set()
+        self._slots = asyncio.Semaphore(limit)
+        self._closed = False
+
+    async def post(self, origin: Origin, head: bytes, body: bytes) -> Response:
+        """POST ``body`` with ``head`` (from :meth:`Origin.request_head`); the response.
+
+        Raises:
+            HttpError: no complete response (the request may or may not have been
+                applied); OSError and ssl.SSLError from connecting pass as HttpError.
+        """
+        if self._closed:
+            raise HttpError("the HTTP client is closed")
+        data = b"%s%d\r\n\r\n%s" % (head, len(body), body)
+        async with self._slots:
+            conn = self._idle_connection(origin) or await self._connect(origin)
+            try:
+                response = await conn.request(data)
+            except BaseException:
+                conn.close()  # cancelled or failed mid-request: its state is unknown
+                raise
+            if conn.reusable and not self._closed:
+                idle = self._idle.setdefault(origin, [])
+                if len(idle) < IDLE_MAX:
+                    idle.append(conn)
+                else:
+                    conn.close()
+            else:
+                conn.close()
+            return response
+
+    def _idle_connection(self, origin: Origin) -> _Connection | None:
+        idle = self._idle.get(origin)
+        while idle:
+            conn = idle.pop()
+            if conn.reusable and not conn.stale():
+                return conn
+            conn.close()
+        return None
+
+    async def _connect(self, origin: Origin) -> _Connection:
+        loop = asyncio.get_running_loop()
+        secure = origin.scheme == "https"
+        context = (self._ssl or ssl.create_default_context()) if secure else None
+        try:
+            _transport, conn = await loop.create_connection(
+                lambda: _Connection(self, origin),
+                origin.host,
+                origin.port,
+                ssl=context,
+                server_hostname=origin.host if secure else None,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise HttpError(f"cannot connect to {origin.host}:{origin.port}: {exc}") from exc
+        self._open.add(conn)
+        return conn
+
+    def _forget(self, conn: _Connection) -> None:
+        self._open.discard(conn)
+        idle = self._idle.get(conn.origin)
+        if idle and conn in idle:
+            idle.remove(conn)
+
+    async def close(self) -> None:
+        """Close every connection; later posts fail with :class:`HttpError`."""
+        self._closed = True
+        self._idle.clear()
+        for conn in list(self._open):
+            conn.close()
+        # One turn, so the transports' connection_lost callbacks run before we return.
+        await asyncio.sleep(0)
