@@ -104,6 +104,8 @@ class SchedulerNode:
         self._broken: BaseException | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._asleep_until: float | None = None
+        """Where the tick loop sleeps until (``None`` while it is awake)."""
         self._last_commit: asyncio.Future[None] | None = None
         self.listeners: list[Callable[[Outcome], None]] = []
         """Called with every committed outcome (the server routes decisions with it)."""
@@ -189,11 +191,18 @@ class SchedulerNode:
             raise StoreUnavailable(
                 "the scheduler node lost its store and must restart", cause=str(self._broken)
             )
-        outcome = self.core.handle(make(self.clock.now()))
+        now = self.clock.now()
+        outcome = self.core.handle(make(now))
         if outcome.records:
             await self._commit(outcome)
         self._notify(outcome)
-        self._wake.set()
+        asleep_until = self._asleep_until
+        if asleep_until is not None:
+            # Wake the tick loop only if this command brought its next tick forward:
+            # waking it for every command costs more than the command itself.
+            wake = self.core.next_wake_at(now)
+            if wake is not None and wake < asleep_until:
+                self._wake.set()
         return outcome
 
     async def _commit(self, outcome: Outcome) -> None:
@@ -254,8 +263,12 @@ class SchedulerNode:
             delay = TICK_INTERVAL_MAX_S if wake is None else min(wake - now, TICK_INTERVAL_MAX_S)
             if delay > 0:
                 self._wake.clear()
-                # On the clock, so a virtual clock drives the node like everything else.
-                await sleep_until(self.clock, now + delay, self._wake)
+                self._asleep_until = now + delay
+                try:
+                    # On the clock, so a virtual clock drives the node like everything else.
+                    await sleep_until(self.clock, now + delay, self._wake)
+                finally:
+                    self._asleep_until = None
                 continue
             try:
                 await self.tick()

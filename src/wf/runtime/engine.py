@@ -345,6 +345,7 @@ class RunEngine:
 
     def _on_outcome(self, outcome: Outcome) -> None:
         """Node listener: queue what concerns runs (called after each commit)."""
+        queued = self._events.qsize()
         for d in outcome.decisions:
             if type(d) is ActivityCompleted and node_of_activity(d.activity_id) is not None:
                 self._events.put_nowait(_Event("completed", d.activity_id, 0.0, result=d.result))
@@ -363,7 +364,9 @@ class RunEngine:
             if (executing or foreign_cancel) and node_of_activity(r.activity_id) is not None:
                 kind = "executing" if executing else "cancelled"
                 self._events.put_nowait(_Event(kind, r.activity_id, r.at, token=r.token))
-        self._wake.set()
+        if self._events.qsize() != queued:
+            # Only news wakes the loop: most outcomes concern no run at all.
+            self._wake.set()
 
     def idle(self) -> bool:
         """Whether no event waits to be applied and none is being applied."""
