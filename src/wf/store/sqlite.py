@@ -1083,7 +1083,15 @@ def _update_schedule(conn: sqlite3.Connection, row: ScheduleRow, expected_revisi
 
 
 def _settle(batch: list[_Pending], failure: str | None) -> None:
-    """Resolve a batch's futures on their loops: one wake-up per loop, not per append."""
+    """Resolve a batch's futures on their loops: one wake-up per loop, not per append.
+
+    A batch committed inline, on its own loop's thread, is resolved at once: no
+    wake-up through the loop's self-pipe and no extra loop turn before the commit's
+    decisions go out."""
+    try:
+        here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:  # the writer thread
+        here = None
     by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
     for pending in batch:
         by_loop.setdefault(pending.loop, []).append(pending.future)
@@ -1098,6 +1106,9 @@ def _settle(batch: list[_Pending], failure: str | None) -> None:
                 else:
                     future.set_exception(StoreUnavailable(failure, cause=failure))
 
+        if loop is here:
+            resolve()
+            continue
         with contextlib.suppress(RuntimeError):  # that loop is already closed
             loop.call_soon_threadsafe(resolve)
 
