@@ -7,8 +7,8 @@ JSON body, and a worker makes three of them per activity (the poll that
 brings it, the result, the next poll), so the client's own cost per call lies
 on the path of every dispatch. aiohttp's client serves the general case
 (cookies, redirects, proxies, tracing hooks, streaming) and spends about
-220 µs of CPU per such call on the reference machine; this client spends
-about 60 (``bench/floor.py``'s ``client_call_cpu_us``). The server stays on
+175 µs of CPU per such call on the 2-core reference machine; this client
+spends about 90, half (``uv run python bench/wire.py``). The server stays on
 aiohttp.
 
 :class:`Http1Pool` keeps idle keep-alive connections per :class:`Origin` and
