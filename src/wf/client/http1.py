@@ -225,7 +225,12 @@ class Http1Pool:
     async def _connect(self, origin: Origin) -> _Connection:
         loop = asyncio.get_running_loop()
         secure = origin.scheme == "https"
-        context = (self._ssl or ssl.create_default_context()) if secure else None
+        context: ssl.SSLContext | None = None
+        if secure:
+            if self._ssl is None:
+                # The system's trust store, loaded once per pool, not per connection.
+                self._ssl = ssl.create_default_context()
+            context = self._ssl
         try:
             _transport, conn = await loop.create_connection(
                 lambda: _Connection(self, origin),
