@@ -583,6 +583,44 @@ def test_cancel_an_interrupted_run(make_server: ServerFactory) -> None:
     asyncio.run(main())
 
 
+def test_inspect_never_shows_a_change_whose_store_write_is_in_flight(
+    make_server: ServerFactory,
+) -> None:
+    async def main() -> None:
+        async with make_server() as server:
+            api = server.api
+            deployment = await deploy(server, "ask", ASK_PLAN)
+            run_id = (await api.start_run(deployment))["run_id"]
+            await wait_for_status(inspector(server, run_id), {"interrupted"})
+            engine = server.server.engine
+            store = engine.store
+            entered, release = asyncio.Event(), asyncio.Event()
+            real_update = store.update_run
+
+            async def gated_update(row: Any, *, expected_revision: int) -> Any:
+                entered.set()
+                await release.wait()
+                return await real_update(row, expected_revision=expected_revision)
+
+            store.update_run = gated_update  # type: ignore[method-assign]
+            try:
+                cancelling = asyncio.create_task(api.cancel_run(run_id, "stop"))
+                await entered.wait()  # the run is cancelled in memory, not yet stored
+                reading = asyncio.create_task(api.inspect_run(run_id))
+                done, _ = await asyncio.wait({reading}, timeout=0.3)
+                assert not done, "inspect_run answered with a state the store lacks"
+                stored = await api.list_runs()
+                assert [r["status"] for r in stored["runs"]] == ["interrupted"]
+            finally:
+                release.set()
+                store.update_run = real_update  # type: ignore[method-assign]
+            assert (await cancelling)["status"] == "cancelled"
+            assert (await reading)["status"] == "cancelled"
+            assert [r["status"] for r in (await api.list_runs())["runs"]] == ["cancelled"]
+
+    asyncio.run(main())
+
+
 def test_timer_node_fires_after_its_delay(make_server: ServerFactory) -> None:
     async def main() -> tuple[View, View]:
         async with make_server() as server:

@@ -391,12 +391,14 @@ class WorkflowAPI:
         return run, plan
 
     async def _view(self, run: Run, plan: Plan) -> dict[str, Any]:
-        histories = {}
-        for node in plan.nodes:
-            state = run.nodes.get(node.id)
-            if isinstance(node, ActivityNode) and state is not None and state.activity_id:
-                histories[state.activity_id] = await self.store.history(state.activity_id)
-        return run_view(run, plan, histories)
+        # ``run`` is the engine's live object: read it only between changes.
+        async with self.engine.reading(run.run_id):
+            histories = {}
+            for node in plan.nodes:
+                state = run.nodes.get(node.id)
+                if isinstance(node, ActivityNode) and state is not None and state.activity_id:
+                    histories[state.activity_id] = await self.store.history(state.activity_id)
+            return run_view(run, plan, histories)
 
 
 def _require_tenant(caller: Scope, tenant: str) -> None:

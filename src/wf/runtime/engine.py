@@ -42,7 +42,7 @@ import contextlib
 import heapq
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -148,6 +148,20 @@ class RunEngine:
             raise NotFound(f"run {run_id!r} does not exist", run_id=run_id)
         run = run_from_row(row)
         return run, await self.plan_of(run)
+
+    @contextlib.asynccontextmanager
+    async def reading(self, run_id: str) -> AsyncIterator[None]:
+        """Hold off changes to a live run while a reader looks at it.
+
+        A change mutates the live run, then stores it, under the run's lock; a
+        reader inside this block sees only states the store holds, never one
+        whose write is still in flight (nor one that changes under its feet).
+        Final and unknown runs never change, so they take no lock."""
+        if run_id not in self._live:
+            yield
+            return
+        async with self._locks[run_id]:
+            yield
 
     async def plan_of(self, run: Run) -> Plan:
         """The run's pinned plan; CorruptRecord if the artifact no longer matches it."""

@@ -420,8 +420,10 @@ class ScheduleAPI:
         if row.run_id is not None:
             view["run_id"] = row.run_id
             try:
-                run, _ = await self.workflow.engine.get(row.run_id)
-                view["status"] = str(run.status)
+                engine = self.workflow.engine
+                async with engine.reading(row.run_id):
+                    run, _ = await engine.get(row.run_id)
+                    view["status"] = str(run.status)
             except (NotFound, CorruptRecord) as exc:
                 view["status"] = "corrupt"
                 view["detail"] = exc.message
