@@ -8,12 +8,8 @@ documented key.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
+from _bench_report import bench_report
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "e2e.py"
 RUN_TIMEOUT_S = 300
 FIGURES = {
     "dispatch_p50_ms",
@@ -42,17 +38,7 @@ CONTEXT_KEYS = {
 
 
 def test_quick_benchmark_ends_with_a_json_report() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) > 1, "progress lines come before the report"
-    report = json.loads(lines[-1])
+    report = bench_report("e2e.py", "--quick", timeout_s=RUN_TIMEOUT_S)
     wanted = FIGURES | {f"{key}_process" for key in FIGURES} | CONTEXT_KEYS
     missing = wanted - report.keys()
     assert not missing, f"report lacks {sorted(missing)}"

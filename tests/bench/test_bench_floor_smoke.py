@@ -6,12 +6,8 @@ runs and reports every documented key.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
+from _bench_report import bench_report
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "floor.py"
 RUN_TIMEOUT_S = 120
 REQUIRED_KEYS = {
     "hop_idle_p50_us",
@@ -25,17 +21,7 @@ REQUIRED_KEYS = {
 
 
 def test_quick_floor_benchmark_ends_with_a_json_report() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) > 1, "progress lines come before the report"
-    report = json.loads(lines[-1])
+    report = bench_report("floor.py", "--quick", timeout_s=RUN_TIMEOUT_S)
     assert report.keys() >= REQUIRED_KEYS
     assert report["samples"] == 50
     assert report["hop_idle_p50_us"] > 0

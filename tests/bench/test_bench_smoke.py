@@ -7,12 +7,8 @@ report with every documented key.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
+from _bench_report import bench_report
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "core.py"
 RUN_TIMEOUT_S = 300
 REQUIRED_KEYS = {
     "queue_op_us",
@@ -26,17 +22,7 @@ REQUIRED_KEYS = {
 
 
 def test_quick_benchmark_ends_with_a_json_report() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) > 1, "progress lines come before the report"
-    report = json.loads(lines[-1])
+    report = bench_report("core.py", "--quick", timeout_s=RUN_TIMEOUT_S)
     missing = REQUIRED_KEYS - report.keys()
     assert not missing, f"report lacks {sorted(missing)}"
     assert set(report["queue_op_us"]) == {"1000", "10000"}

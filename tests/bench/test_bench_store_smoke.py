@@ -12,16 +12,12 @@ never skips the PostgreSQL half.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from _bench_report import bench_report
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "store.py"
 RUN_TIMEOUT_S = 300
 DSN_ENV = "WF_TEST_POSTGRES_DSN"
 CONNECT_TIMEOUT_S = 3
@@ -57,19 +53,7 @@ def _postgres_dsn() -> str | None:
 
 
 def _run(args: list[str], env: dict[str, str]) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), *args],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) > 1, "progress lines come before the report"
-    report: dict[str, Any] = json.loads(lines[-1])
-    return report
+    return bench_report("store.py", *args, timeout_s=RUN_TIMEOUT_S, env=env)
 
 
 def test_quick_store_benchmark_ends_with_a_json_report() -> None:

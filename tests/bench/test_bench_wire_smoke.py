@@ -6,28 +6,14 @@ runs against a real server with both clients and reports every documented key.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
+from _bench_report import bench_report
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "wire.py"
 RUN_TIMEOUT_S = 180
 CLIENT_KEYS = {"wall_us", "client_cpu_us", "server_cpu_us"}
 
 
 def test_quick_wire_benchmark_ends_with_a_json_report() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) > 1, "progress lines come before the report"
-    report = json.loads(lines[-1])
+    report = bench_report("wire.py", "--quick", timeout_s=RUN_TIMEOUT_S)
     assert (report["calls"], report["rounds"], report["method"]) == (
         100,
         1,
