@@ -102,7 +102,7 @@ def test_a_retry_backoff_is_granted_early_too() -> None:
     assert (grant.not_before, grant.lease.attempt) == (due, 2)
 
 
-def test_a_stolen_early_grant_keeps_its_instant() -> None:
+def test_an_early_grant_waiting_for_its_instant_is_never_stolen() -> None:
     d = Driver(SchedulerConfig(stealing=StealingConfig(enabled=True)))
     d.register("victim", max_concurrency=3)
     due = T0 + 10
@@ -110,12 +110,15 @@ def test_a_stolen_early_grant_keeps_its_instant() -> None:
     d.do(cmd.Poll, worker_id="victim", max_items=3)
     first = granted(d.tick(due - LEAD).decisions)
     assert set(first) == {"a0", "a1", "a2"}
-    d.start(first["a0"].lease)  # not before its instant in production; the core allows it
     d.register("thief", max_concurrency=1)
-    stolen = granted(d.do(cmd.Poll, worker_id="thief", max_items=1).decisions)
-    (grant,) = stolen.values()
+    # Before the instant the victim holds them to start on time: nothing moves.
+    assert granted(d.do(cmd.Poll, worker_id="thief", max_items=1).decisions) == {}
+    assert d.core.activities["a2"].worker_id == "victim"
+    # Past the instant an unstarted one is ordinary backlog again, and may move.
+    d.now = due + 1
+    (grant,) = granted(d.do(cmd.Poll, worker_id="thief", max_items=1).decisions).values()
     assert grant.lease.worker_id == "thief"
-    assert grant.not_before == due
+    assert grant.not_before is None
 
 
 @pytest.mark.parametrize("lead", [-0.1, math.nan, math.inf, 61.0])

@@ -1012,6 +1012,7 @@ class SchedulerCore:
                     self.activities,
                     self._eligible,
                     self.config.stealing,
+                    now,
                 )
                 if found is None:
                     break
@@ -1040,7 +1041,6 @@ class SchedulerCore:
                         correlation_id=a.correlation_id,
                         payload=a.payload,
                         may_restart=a.idempotent or a.retry.restart_on_abandon,
-                        not_before=_not_yet(a, now),
                     )
                 )
             if thief.demand <= 0:

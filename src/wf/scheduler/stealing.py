@@ -11,7 +11,10 @@ thief takes the *newest* unstarted lease, so the victim keeps the work it
 was given first and submission order is preserved as far as it can be;
 activities with an ordering key are never stolen, since the dispatcher lets
 only one activity per key be in flight and moving it could not reorder
-anything, but a thief gaining nothing from it either. Each activity moves at
+anything, but a thief gaining nothing from it either. Nor is an early grant
+that waits for its ``not_before``: its victim holds it in a slot to start it
+on time, so moving it gains nothing, and a revocation that reached the victim
+after the instant would see it run on both workers. Each activity moves at
 most ``max_steals_per_activity`` times, so no activity bounces for ever and
 none starves.
 """
@@ -32,8 +35,9 @@ def choose_steal(
     activities: dict[str, Activity],
     eligible: Callable[[WorkerState, Activity], bool],
     config: StealingConfig,
+    now: float,
 ) -> tuple[WorkerState, Activity] | None:
-    """The (victim, activity) the thief should take, or ``None``."""
+    """The (victim, activity) the thief should take at ``now``, or ``None``."""
     best: tuple[float, int, int] | None = None
     choice: tuple[WorkerState, Activity] | None = None
     for victim in workers:
@@ -45,6 +49,7 @@ def choose_steal(
             if (a := activities[aid]).state is _LEASED
             and a.ordering_key is None
             and a.steals < config.max_steals_per_activity
+            and (a.not_before is None or a.not_before <= now)
         ]
         if len(unstarted) < config.min_victim_backlog:
             continue
