@@ -13,7 +13,8 @@ every one of them as active. The client is :class:`~wf.client.app.SyncApp`
 (the typed admin client on a private event loop): W1 submits batches of
 :data:`SUBMIT_BATCH` activities per ``scheduler.activities.submit``, W2 one
 activity per call, W3 one activity with ``not_before`` = the due instant
-(the scheduler's timer makes it due; no polling).
+(no polling: the core's timer queues it ``early_grant_s`` ahead, its grant
+carries the instant, and the worker's own timer starts it then).
 
 The variants (one class each, so the driver alternates them like peers):
 
