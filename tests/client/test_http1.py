@@ -303,6 +303,16 @@ def test_origins_parse_ports_prefixes_and_ipv6_hosts() -> None:
     assert err.value.details["field"] == "urls"
 
 
+def test_header_values_with_line_breaks_are_refused() -> None:
+    origin = Origin.parse("http://h")
+    for bad in ({"Authorization": "Bearer x\r\nX-Evil: 1"}, {"X\nY": "v"}, {"A": "b\0"}):
+        with pytest.raises(ValueError, match="line break"):
+            origin.request_head("/rpc", bad)
+    with pytest.raises(InvalidArgument) as err:
+        RpcClient("http://h", token="tok\r\nX-Forged: yes")
+    assert err.value.details["field"] == "token"
+
+
 def test_rpc_client_fails_over_and_reports_unreachable_servers() -> None:
     async def rpc(_n: int, _body: bytes) -> bytes:
         return ok(b'[{"jsonrpc":"2.0","id":1,"result":{"pong":true}}]')

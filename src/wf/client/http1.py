@@ -78,6 +78,10 @@ class Origin(NamedTuple):
         host = f"[{self.host}]" if ":" in self.host else self.host
         default = 443 if self.scheme == "https" else 80
         authority = host if self.port == default else f"{host}:{self.port}"
+        for text in (path, *headers, *headers.values()):
+            if any(c in text for c in "\r\n\0"):
+                # A line break in a header would let its value forge more headers.
+                raise ValueError(f"line break or NUL in an HTTP header or path: {text!r}")
         lines = [f"POST {self.path}{path} HTTP/1.1", f"Host: {authority}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         lines.append("Content-Length: ")

@@ -83,7 +83,10 @@ class RpcClient:
         headers = {"Content-Type": "application/json"}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        self._heads = [origin.request_head(RPC_PATH, headers) for origin in self._origins]
+        try:
+            self._heads = [origin.request_head(RPC_PATH, headers) for origin in self._origins]
+        except ValueError as exc:
+            raise InvalidArgument("the token must not contain line breaks", field="token") from exc
         self._ssl = ssl_context
         self._pool: Http1Pool | None = None
         self._next_id = 0
