@@ -740,6 +740,9 @@ class Worker:
             try:
                 if grant.not_before is not None:
                     await self._until_due(held, grant.not_before)
+                    if self._draining and held.lost is None:
+                        # Due while draining: like any unstarted lease, it goes back.
+                        self._lose(held, "returned")
                 if held.lost is not None:
                     began = False
                 elif grant.started:
