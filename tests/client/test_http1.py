@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
+import socket
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -140,8 +143,9 @@ def test_concurrent_posts_get_a_connection_each_and_the_limit_bounds_them() -> N
                 for i in range(3)
             ]
             await until(lambda: len(server.requests) >= 2, "two requests")
-            await asyncio.sleep(0.05)
-            assert server.connections == 2  # the third waits for a free slot
+            # The third call ran long ago and waits on the limit: no connection of its own.
+            assert len(pool._open) == 2
+            assert server.connections == 2
             gate.set()
             bodies = sorted(r.body for r in await asyncio.gather(*calls))
             assert bodies == [b"0", b"1", b"2"]
@@ -188,7 +192,29 @@ def test_a_response_saying_close_is_not_reused() -> None:
 def test_a_connection_the_server_closed_while_idle_is_replaced_even_if_the_loop_slept() -> None:
     # A blocking caller's private loop runs only during calls, so the server's FIN
     # arrives while nothing reads it (this is how SyncApp and the test admins work).
-    server = Scripted(echo, close_after=1)
+    # The server is a plain thread, so that it hangs up while the client's loop is
+    # stopped, and the client cannot have noticed on its own.
+    listener = socket.create_server(("127.0.0.1", 0))
+    origin = Origin.parse(f"http://127.0.0.1:{listener.getsockname()[1]}")
+    may_hang_up, hung_up = threading.Event(), threading.Event()
+    accepted: list[int] = []
+
+    def serve() -> None:
+        for n in (1, 2):
+            conn, _ = listener.accept()
+            accepted.append(n)
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data or not data.endswith(b"%d" % n):
+                    data += conn.recv(4096)
+                conn.sendall(ok(b"%d" % n))
+                if n == 1:
+                    may_hang_up.wait(10)  # once the client's loop has stopped
+            if n == 1:
+                hung_up.set()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
     runner = asyncio.Runner()
 
     def call(step: Awaitable[Any]) -> Any:
@@ -198,27 +224,24 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_even_if_the_loop_
 
         return runner.run(bounded())
 
-    async def listen() -> None:
-        server.server = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-
-    async def hung_up() -> None:
-        await until(lambda: bool(server.writers) and server.writers[0].is_closing(), "hang-up")
-        await asyncio.sleep(0.05)  # the FIN is on its way; the client's loop stops here
-
     try:
-        call(listen())
         pool = Http1Pool()
-        origin = server.origin
         assert call(pool.post(origin, head(origin), b"1")).body == b"1"
-        call(hung_up())
+        (parked,) = pool._idle[origin]
+        may_hang_up.set()
+        assert hung_up.wait(10)
+        sock = parked.transport.get_extra_info("socket") if parked.transport else None
+        assert sock is not None
+        readable, _, _ = select.select([sock.fileno()], [], [], 5.0)
+        assert readable, "the server's hang-up never reached the client socket"
         # The parked connection is dead: the next call notices and takes a new one.
         assert call(pool.post(origin, head(origin), b"2")).body == b"2"
-        assert server.connections == 2
+        assert accepted == [1, 2]
         call(pool.close())
-        assert server.server is not None
-        server.server.close()
     finally:
         runner.close()
+        listener.close()
+        server.join(5)
 
 
 def test_a_hang_up_mid_request_is_an_http_error_and_the_connection_is_dropped() -> None:
