@@ -403,7 +403,14 @@ class Bench:
         wanted = set(self.cluster.workers)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            listed = await self.call("scheduler.workers.list")
+            listed: list[dict[str, Any]] = []
+            cursor = None
+            while True:  # scheduler.workers.list is paged
+                page = await self.call("scheduler.workers.list", {"limit": 100, "cursor": cursor})
+                listed.extend(page["workers"])
+                cursor = page["next_cursor"]
+                if cursor is None:
+                    break
             active = {w["info"]["worker_id"] for w in listed if w["status"] == "active"}
             if wanted <= active:
                 return

@@ -236,7 +236,13 @@ class WfSystem(System):
                 if proc.poll() is not None:
                     log = (self.workdir / f"{worker_id}.log").read_text()[-2000:]
                     raise RuntimeError(f"wf worker {worker_id} exited: {log}")
-            listed = self.app.list_workers()
+            listed, cursor = [], None
+            while True:  # scheduler.workers.list is paged
+                page = self.app.list_workers(limit=100, cursor=cursor)
+                listed.extend(page.workers)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
             active = {w.info.worker_id for w in listed if w.status == "active"}
             return set(started) <= active
 

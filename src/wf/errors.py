@@ -25,6 +25,7 @@ the caller's fault, and may the same call succeed if retried unchanged?
     ├── OwnershipConflict          server   another scheduler owns the store
     ├── Overloaded                 server   backpressure; retry after ``retry_after_s``
     ├── StoreUnavailable           server   the store could not commit; retryable
+    │   └── OwnershipLost          server   another writer may have written since; reload
     ├── Draining                   server   shutting down: no new scheduled work; retryable
     ├── RpcUnavailable             server   (client side) no server reachable; retryable
     ├── RpcProtocolError           caller   (client side) a JSON-RPC protocol error
@@ -183,12 +184,27 @@ class OwnershipConflict(WfError):
 
 
 class StoreUnavailable(WfError):
-    """The store could not commit; nothing of the call was stored."""
+    """The store could not commit; nothing of the call was stored.
+
+    Retryable because a server whose writes stopped reloads from its store by
+    itself, or exits for its supervisor to restart it when it cannot
+    (docs/server.md); ``details`` may carry ``retry_after_s``."""
 
     code = "store_unavailable"
     rpc_code = -32042
     fault = "server"
     retryable = True
+
+
+class OwnershipLost(StoreUnavailable):
+    """The store refused a write because this node can no longer prove that nobody else
+    wrote since its last commit (its ownership epoch or commit sequence moved: another
+    scheduler took the store over, or its session was lost in doubt). Nothing of the
+    write was stored; the node stops writing, takes ownership again and reloads from
+    the store, after which the same call may be retried."""
+
+    code = "ownership_lost"
+    rpc_code = -32044
 
 
 class RpcUnavailable(WfError):
@@ -264,6 +280,7 @@ ALL_ERRORS: tuple[type[WfError], ...] = (
     Forbidden,
     OwnershipConflict,
     StoreUnavailable,
+    OwnershipLost,
     RpcUnavailable,
     RpcProtocolError,
     Overloaded,

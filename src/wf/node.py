@@ -13,11 +13,31 @@ records reach the store in exactly the order the core produced them, and
 concurrent callers share one group commit.
 
 If a commit fails, the in-memory core is ahead of the store. The node then
-*fails stop*: it refuses every further command with
-:class:`~wf.errors.StoreUnavailable` until :meth:`restart` reloads the core
-from the store, which is the only state anyone was ever told about. The
+*stops writing* (fail stop): it logs the cause once at ERROR
+(``node.writes_stopped``), refuses every further command *and every read of
+the core* (:meth:`durable`) with :class:`~wf.errors.StoreUnavailable`, and
+answers :meth:`readiness` with the reason, until :meth:`restart` reloads the
+core from the store, which is the only state anyone was ever told about. The
 store itself is fenced by the failure, so appends already queued behind the
-failed one (computed from state that included it) are refused as well.
+failed one (computed from state that included it) are refused as well. A
+store that finds it lost ownership outside an append (PostgreSQL's write
+fence refused a catalog write: :attr:`Store.on_ownership_lost`) stops the
+node the same way.
+
+A node started with its background loop *recovers by itself*: a recovery
+task calls :meth:`restart` (release the store's fence, take ownership again,
+commit an empty write, reload, commit the recovery tick) after
+:data:`RECOVERY_BACKOFF_INITIAL_S`, then
+with exponential backoff up to ``recovery_backoff_max_s``, until it succeeds;
+the backoff is carried over to a following stop until a commit succeeds, so a
+store that keeps refusing right after each reload is not hammered. Listeners
+in :attr:`SchedulerNode.reload_listeners` hear of every reload (the run
+engine reconciles its runs with the reloaded core). If writes do not resume
+within ``recovery_deadline_s`` the node gives up: it logs
+``node.recovery_gave_up`` and sets :attr:`SchedulerNode.unrecoverable`, and
+the process exits non-zero so that a supervisor starts it afresh.
+:class:`~wf.errors.StoreUnavailable` is therefore ``retryable``: a retry
+reaches either this node recovered or its successor.
 
 Start-up is WF-005 §23 recovery: load the durable state, rebuild the core
 (:func:`wf.store.loader.build_snapshot`), give every worker a fresh
@@ -31,16 +51,18 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import socket
 import time
 from collections.abc import Callable
 from datetime import UTC
+from typing import Final, Literal
 
 import msgspec
 
 from wf.clock import Clock, SystemClock, sleep_until
-from wf.errors import StoreUnavailable, WfError
+from wf.errors import InvalidArgument, OwnershipLost, StoreUnavailable, WfError
 from wf.scheduler import commands as cmd
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.dispatcher import SchedulerCore
@@ -49,8 +71,38 @@ from wf.scheduler.recovery import durable_digest, recover, restore
 from wf.store.loader import build_snapshot
 from wf.store.protocol import Diagnostic, OwnerInfo, Store
 
+log = logging.getLogger("wf.node")
+
 TICK_INTERVAL_MAX_S = 1.0
 """Longest the background loop sleeps without ticking (bounds clock drift effects)."""
+RECOVERY_BACKOFF_INITIAL_S: Final = 0.1
+"""Pause before the first reload after writes stopped (then doubled per attempt)."""
+RECOVERY_BACKOFF_MAX_S: Final = 10.0
+"""Default longest pause between two reload attempts."""
+RECOVERY_DEADLINE_S: Final = 300.0
+"""Default time writes may stay stopped before the node gives up (the process exits)."""
+
+ReadinessReason = Literal[
+    "ready", "starting", "writes_stopped", "recovering", "unrecoverable", "stopping"
+]
+
+
+class Readiness(msgspec.Struct, frozen=True, kw_only=True):
+    """Whether the node accepts writes, and if not why (``GET /readyz``)."""
+
+    ready: bool
+    """The node accepts commands (and so writes)."""
+    reason: ReadinessReason
+    """``ready``; ``starting`` (recovering at start); ``writes_stopped`` (a commit
+    failed, a reload is due); ``recovering`` (a reload is under way);
+    ``unrecoverable`` (gave up, the process is exiting); ``stopping``."""
+    cause: str | None = None
+    """What stopped writes: the error code (``store_unavailable``, ``ownership_lost``)
+    or the exception type; never its message (which may name hosts or paths)."""
+    stopped_for_s: float | None = None
+    """How long writes have been stopped."""
+    recovery_attempts: int = 0
+    """Reloads tried since writes stopped."""
 
 
 class RecoveryReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -94,14 +146,40 @@ class SchedulerNode:
         clock: Clock | None = None,
         owner: OwnerInfo | None = None,
         digest_on_recovery: bool = False,
+        recovery_deadline_s: float = RECOVERY_DEADLINE_S,
+        recovery_backoff_max_s: float = RECOVERY_BACKOFF_MAX_S,
     ) -> None:
+        if not recovery_deadline_s > 0 or not recovery_backoff_max_s > 0:
+            raise InvalidArgument(
+                "recovery_deadline_s and recovery_backoff_max_s must be positive",
+                recovery_deadline_s=recovery_deadline_s,
+                recovery_backoff_max_s=recovery_backoff_max_s,
+            )
         self.store = store
         self.config = config or SchedulerConfig()
         self.clock: Clock = clock or SystemClock()
         self.owner = owner or default_owner(self.clock)
         self.digest_on_recovery = digest_on_recovery
+        self.recovery_deadline_s = recovery_deadline_s
+        """Longest writes may stay stopped before the node gives up."""
+        self.recovery_backoff_max_s = recovery_backoff_max_s
+        """Longest pause between two reload attempts."""
         self.core = SchedulerCore(self.config)
+        self._phase: Literal["new", "starting", "running", "stopping"] = "new"
         self._broken: BaseException | None = None
+        """Why writes stopped (``None`` while the node accepts writes)."""
+        self._stopped_at: float | None = None
+        """When writes stopped (on :attr:`clock`)."""
+        self._backoff_s = RECOVERY_BACKOFF_INITIAL_S
+        """Pause before the next reload attempt; reset once a commit succeeds."""
+        self._attempts = 0
+        self._reloading = False
+        self._recovery: asyncio.Task[None] | None = None
+        self._restarting = asyncio.Lock()
+        self.unrecoverable = asyncio.Event()
+        """Set when writes stayed stopped past ``recovery_deadline_s`` (the process exits)."""
+        self.reload_listeners: list[Callable[[], None]] = []
+        """Called after every reload from the store (the core was replaced)."""
         self._loop_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._asleep_until: float | None = None
@@ -111,14 +189,19 @@ class SchedulerNode:
         """Called with every committed outcome (the server routes decisions with it)."""
 
     async def start(self, *, background: bool = True) -> RecoveryReport:
-        """Open the store, take ownership, recover, and (optionally) start ticking."""
+        """Open the store, take ownership, recover, and (optionally) start ticking and
+        recovering by itself after a failed commit."""
+        self._phase = "starting"
         await self.store.open()
         try:
             await self.store.acquire_ownership(self.owner)
             report = await self._recover()
         except BaseException:
+            self._phase = "new"
             await self.store.close()
             raise
+        self.store.on_ownership_lost = self._ownership_lost
+        self._phase = "running"
         if background:
             self._loop_task = asyncio.create_task(self._run(), name="wf-scheduler-ticks")
         return report
@@ -144,8 +227,10 @@ class SchedulerNode:
         digest = durable_digest(restore(snapshot)) if self.digest_on_recovery else None
         if outcome.records:
             await self.store.append(outcome.records)
+            self._backoff_s = RECOVERY_BACKOFF_INITIAL_S  # the store took a commit
         self.core = core
         self._broken = None
+        self._stopped_at = None
         self._notify(outcome)
         return RecoveryReport(
             duration_s=time.perf_counter() - started,
@@ -159,38 +244,91 @@ class SchedulerNode:
         )
 
     async def restart(self) -> RecoveryReport:
-        """Reload the core from the store (after a failed commit); resume ticking."""
-        # Appends queued behind the failed one are refused by the store's fence;
-        # once they are settled the fence is lifted and the store is the truth.
-        await self.store.clear_write_fence()
-        report = await self._recover()
+        """Reload the core from the store (after a failed commit); resume ticking.
+
+        Takes ownership again first (a no-op while it is held; after a loss of the
+        write fence, a new epoch), so that what is loaded is all anyone wrote, and
+        commits an empty write (:meth:`Store.prove_writable`), so that the node
+        accepts commands again only once the store takes writes.
+        """
+        async with self._restarting:
+            # Appends queued behind the failed one are refused by the store's fence;
+            # once they are settled the fence is lifted and the store is the truth.
+            await self.store.clear_write_fence()
+            await self.store.acquire_ownership(self.owner)
+            # Reloading only reads: first make sure the store takes writes again.
+            await self.store.prove_writable()
+            report = await self._recover()
         if self._loop_task is not None and self._loop_task.done():
             # The loop ends when a tick finds the node stopped; start it again.
             self._loop_task = asyncio.create_task(self._run(), name="wf-scheduler-ticks")
+        for listener in self.reload_listeners:
+            listener()
         return report
 
     async def stop(self) -> None:
-        """Stop ticking, flush, release ownership and close the store."""
-        task, self._loop_task = self._loop_task, None
-        if task is not None:
+        """Stop ticking and recovering, flush, release ownership and close the store."""
+        self._phase = "stopping"
+        for task in (self._loop_task, self._recovery):
+            if task is None:
+                continue
             task.cancel()
             # asyncio.wait, not suppress(CancelledError): a cancellation of the
             # caller of stop() must propagate, not be taken for the loop's.
             await asyncio.wait({task})
             if not task.cancelled():
                 task.result()
+        self._loop_task = self._recovery = None
         await self.store.close()
+
+    @property
+    def writes_stopped(self) -> bool:
+        """Whether writes are stopped (a commit failed and no reload succeeded since)."""
+        return self._broken is not None
+
+    def readiness(self) -> Readiness:
+        """Whether the node accepts writes, and if not why (see :class:`Readiness`)."""
+        if self._phase in ("new", "starting"):
+            return Readiness(ready=False, reason="starting")
+        if self._phase == "stopping":
+            return Readiness(ready=False, reason="stopping")
+        broken = self._broken
+        if broken is None:
+            return Readiness(ready=True, reason="ready")
+        reason: ReadinessReason = "writes_stopped"
+        if self.unrecoverable.is_set():
+            reason = "unrecoverable"
+        elif self._reloading:
+            reason = "recovering"
+        stopped_at = self._stopped_at
+        return Readiness(
+            ready=False,
+            reason=reason,
+            cause=_cause_code(broken),
+            stopped_for_s=None if stopped_at is None else max(0.0, self.clock.now() - stopped_at),
+            recovery_attempts=self._attempts,
+        )
+
+    def _refusal(self) -> StoreUnavailable:
+        """The error for a command or read while writes are stopped."""
+        broken = self._broken
+        assert broken is not None
+        return StoreUnavailable(
+            "the scheduler node stopped writing after a failed commit and must restart "
+            "from the store; it is recovering by itself, retry shortly",
+            cause=_cause_code(broken),
+            retry_after_s=self._backoff_s,
+        )
 
     async def execute(self, make: Callable[[float], cmd.Command]) -> Outcome:
         """Run one command built for the current instant; durable before it returns.
 
         Raises the core's typed errors unchanged (nothing was changed), or
-        :class:`StoreUnavailable` if the node cannot commit.
+        :class:`StoreUnavailable` if the node cannot commit (this command's commit
+        failed, or writes stopped earlier and the node has not reloaded yet).
         """
         if self._broken is not None:
-            raise StoreUnavailable(
-                "the scheduler node lost its store and must restart", cause=str(self._broken)
-            )
+            raise self._refusal()
         now = self.clock.now()
         outcome = self.core.handle(make(now))
         if outcome.records:
@@ -231,22 +369,95 @@ class SchedulerNode:
             raise StoreUnavailable("commit failed", cause=repr(exc)) from exc
 
     async def durable(self) -> None:
-        """Wait until every command executed so far is committed (or failed).
+        """Wait until every command executed so far is committed, then make sure the
+        core holds nothing but committed state.
 
         The core changes as soon as a command is handled and the commit follows;
         a reader that must not report state the store may never hold (a read of
         the core answered to a client) awaits this first. Commits land in order,
-        so waiting for the latest is waiting for all.
+        so waiting for the latest is waiting for all. Raises
+        :class:`StoreUnavailable` while writes are stopped: the core may then hold
+        a change whose commit failed, and only a reload removes it.
         """
         # Loop: commands handled while we waited have commits of their own.
         while (commit := self._last_commit) is not None and not commit.done():
             await asyncio.wait({commit})
+        if self._broken is not None:
+            raise self._refusal()
 
     def _settled(self, commit: asyncio.Future[None]) -> None:
-        """A commit ended: a failed or cancelled one stops the node (fail-stop)."""
+        """A commit ended: a failed or cancelled one stops writes (fail-stop)."""
         failure = asyncio.CancelledError() if commit.cancelled() else commit.exception()
-        if failure is not None and self._broken is None:
-            self._broken = failure
+        if failure is not None:
+            self._stop_writes(failure)
+        elif self._backoff_s != RECOVERY_BACKOFF_INITIAL_S:
+            self._backoff_s = RECOVERY_BACKOFF_INITIAL_S  # writes work: a fresh backoff
+
+    def _ownership_lost(self, lost: OwnershipLost) -> None:
+        """The store's write fence moved: what the core holds may be stale."""
+        self._stop_writes(lost)
+
+    def _stop_writes(self, cause: BaseException) -> None:
+        """Stop accepting commands (once per failure) and, if the node runs in the
+        background, start recovering by itself."""
+        if self._broken is not None:
+            return
+        self._broken = cause
+        self._stopped_at = self.clock.now()
+        self._attempts = 0
+        detail = cause.message if isinstance(cause, WfError) else repr(cause)
+        log.error(
+            "writes stopped: %s; commands and reads of the scheduler state are refused "
+            "until the node reloads from the store",
+            detail,
+            extra={"action": "node.writes_stopped", "cause": _cause_code(cause), "error": detail},
+        )
+        if self._phase == "running" and self._loop_task is not None:
+            self._recovery = asyncio.get_running_loop().create_task(
+                self._recover_by_itself(), name="wf-node-recovery"
+            )
+
+    async def _recover_by_itself(self) -> None:
+        """Reload with backoff until writes resume, or give up at the deadline."""
+        stopped_at = self._stopped_at
+        assert stopped_at is not None
+        deadline = stopped_at + self.recovery_deadline_s
+        while True:
+            now = self.clock.now()
+            await sleep_until(self.clock, min(now + self._backoff_s, deadline))
+            self._backoff_s = min(self._backoff_s * 2, self.recovery_backoff_max_s)
+            if not self.writes_stopped:
+                break  # someone called restart() meanwhile
+            self._attempts += 1
+            self._reloading = True
+            try:
+                await self.restart()
+                break  # reloaded; a later stop starts a recovery of its own
+            except Exception as exc:  # any failure: the store still refuses; try again
+                detail = exc.message if isinstance(exc, WfError) else repr(exc)
+                log.warning(
+                    "reload attempt %d failed: %s",
+                    self._attempts,
+                    detail,
+                    extra={"action": "node.recovery_failed", "error": detail},
+                )
+            finally:
+                self._reloading = False
+            if self.writes_stopped and self.clock.now() >= deadline:
+                log.error(
+                    "writes stayed stopped for %g s (recovery_deadline_s) after %d "
+                    "reload attempts; giving up so that the process is restarted",
+                    self.recovery_deadline_s,
+                    self._attempts,
+                    extra={"action": "node.recovery_gave_up", "attempts": self._attempts},
+                )
+                self.unrecoverable.set()
+                return
+        log.info(
+            "writes resumed: reloaded from the store after %.3f s",
+            self.clock.now() - stopped_at,
+            extra={"action": "node.writes_resumed", "attempts": self._attempts},
+        )
 
     def _notify(self, outcome: Outcome) -> None:
         for listener in self.listeners:
@@ -273,4 +484,9 @@ class SchedulerNode:
             try:
                 await self.tick()
             except StoreUnavailable:
-                return
+                return  # writes stopped; restart() starts the loop again
+
+
+def _cause_code(cause: BaseException) -> str:
+    """A failure's stable name: its wf error code, or its exception type."""
+    return cause.code if isinstance(cause, WfError) else type(cause).__name__

@@ -43,7 +43,7 @@ from wf.errors import (
     WfError,
     WorkerNotActive,
 )
-from wf.runtime.api import WorkflowAPI
+from wf.runtime.api import ArtifactPage, DeploymentPage, WorkflowAPI
 from wf.runtime.artifacts import Artifact
 from wf.runtime.deployments import Deployment
 from wf.scheduler.backpressure import BackpressureConfig
@@ -61,6 +61,8 @@ from wf.server.scheduler_api import (
     QueueStats,
     RegisterResult,
     SchedulerAPI,
+    TransitionPage,
+    WorkerPage,
     WorkerView,
 )
 from wf.store.protocol import OccurrenceRow
@@ -200,8 +202,11 @@ async def _exercise(app: App, server: WfServer) -> None:
     registered = await app.register_worker(info)
     assert isinstance(registered, RegisterResult)
     assert registered == await api.register_worker(info, C)
-    workers = await app.list_workers()
-    assert workers == await api.list_workers(C)
+    page = await app.list_workers()
+    assert isinstance(page, WorkerPage)
+    assert page == await api.list_workers(C)
+    assert page.next_cursor is None
+    workers = page.workers
     assert [type(w) for w in workers] == [WorkerView]
     assert workers[0].info.worker_id == info.worker_id
     assert workers[0].info.capabilities == info.capabilities
@@ -231,10 +236,25 @@ async def _exercise(app: App, server: WfServer) -> None:
     assert view == await api.get_activity("a1", C)
     assert view.activity is not None
     assert view.activity.state is ActivityState.QUEUED
-    history = await app.activity_history("a1")
-    assert history == await api.activity_history("a1", C)
+    history_page = await app.activity_history("a1")
+    assert isinstance(history_page, TransitionPage)
+    assert history_page == await api.activity_history("a1", C)
+    history = history_page.transitions
     assert history
     assert all(type(t) is Transition for t in history)
+    # Paged alike: one transition a page, the cursor continues, refusals the same.
+    first_page = await app.activity_history("a1", limit=1)
+    assert first_page == await api.activity_history("a1", C, limit=1)
+    assert first_page.transitions == history[:1]
+    assert first_page.next_cursor is not None or len(history) == 1
+    await same_refusal(
+        app.activity_history("a1", limit=0), api.activity_history("a1", C, limit=0), InvalidArgument
+    )
+    await same_refusal(
+        app.activity_history("a1", cursor="bogus"),
+        api.activity_history("a1", C, cursor="bogus"),
+        InvalidArgument,
+    )
     await same_refusal(app.get_activity("nope"), api.get_activity("nope", C), NotFound)
     await same_refusal(app.activity_history("nope"), api.activity_history("nope", C), NotFound)
 
@@ -274,7 +294,7 @@ async def _exercise(app: App, server: WfServer) -> None:
     )
 
     # complete_activity: done once; a late completion is stale either way.
-    await app.complete_activity(first.activity_id, first.token, b"\x00ok")
+    await app.complete_activity(first.activity_id, first.token, b'"ok"')
     await same_refusal(
         app.complete_activity(first.activity_id, first.token, b""),
         api.complete_activity(first.activity_id, first.token, b"", C),
@@ -331,7 +351,13 @@ async def _exercise_workflow(app: App, server: WfServer) -> None:
     assert isinstance(created, Artifact)
     assert created == await wf.create_artifact_from_plan("hello", 1, plan, caller=C)
     assert await app.get_artifact("hello") == await wf.get_artifact("hello", caller=C) == created
-    assert await app.list_artifacts() == await wf.list_artifacts(caller=C) == [created]
+    artifacts = await app.list_artifacts()
+    assert isinstance(artifacts, ArtifactPage)
+    assert artifacts == await wf.list_artifacts(caller=C)
+    assert (artifacts.artifacts, artifacts.next_cursor) == ([created], None)
+    await same_refusal(
+        app.list_artifacts(limit=101), wf.list_artifacts(caller=C, limit=101), InvalidArgument
+    )
     bad = {"nodes": [{"kind": "loop", "id": "x"}]}
     await same_refusal(
         app.create_artifact_from_plan("hello", 2, bad),
@@ -348,7 +374,15 @@ async def _exercise_workflow(app: App, server: WfServer) -> None:
     assert saved.revision == 1
     assert await app.get_deployment("hello.default") == saved
     assert saved == await wf.get_deployment("hello.default", caller=C)
-    assert await app.list_deployments() == await wf.list_deployments(caller=C) == [saved]
+    deployments = await app.list_deployments()
+    assert isinstance(deployments, DeploymentPage)
+    assert deployments == await wf.list_deployments(caller=C)
+    assert (deployments.deployments, deployments.next_cursor) == ([saved], None)
+    await same_refusal(
+        app.list_deployments(cursor="bogus"),
+        wf.list_deployments(caller=C, cursor="bogus"),
+        InvalidArgument,
+    )
     await same_refusal(
         app.save_deployment({**body, "max_steps": 5}, expected_revision=0),
         wf.save_deployment({**body, "max_steps": 5}, 0, caller=C),
@@ -702,18 +736,30 @@ async def _exercise_schedules(app: App, server: WfServer) -> None:
     )
 
     # list: equal reads; delete (idempotent) hides a schedule unless deleted ones are asked.
-    listed = await app.list_schedules()
-    assert listed == await api.list_schedules(caller=C)
+    page = await app.list_schedules()
+    assert page == await api.list_schedules(caller=C)
+    assert page["next_cursor"] is None
+    listed = page["schedules"]
     ids = ["nightly-local", "nightly-wire", "once-local", "once-wire"]
     assert [s["schedule_id"] for s in listed] == ids
+    # Paged alike: two a page, the cursor continues where the page ended.
+    head = await app.list_schedules(limit=2)
+    assert head == await api.list_schedules(caller=C, limit=2)
+    assert head["schedules"] == listed[:2]
+    tail = await app.list_schedules(limit=2, cursor=head["next_cursor"])
+    assert tail == await api.list_schedules(caller=C, limit=2, cursor=head["next_cursor"])
+    assert (tail["schedules"], tail["next_cursor"]) == (listed[2:], None)
+    await same_refusal(
+        app.list_schedules(limit=-1), api.list_schedules(caller=C, limit=-1), InvalidArgument
+    )
     gone = await app.delete_schedule("once-wire")
     assert (gone["status"], gone["next_instant"]) == ("deleted", None)
     assert _shape(gone) == _shape(await api.delete_schedule("once-local", caller=C))
     assert await app.delete_schedule("once-wire") == await api.get_schedule("once-wire", caller=C)
-    assert [s["schedule_id"] for s in await app.list_schedules()] == ids[:2]
+    assert [s["schedule_id"] for s in (await app.list_schedules())["schedules"]] == ids[:2]
     everything = await app.list_schedules(include_deleted=True)
     assert everything == await api.list_schedules(caller=C, include_deleted=True)
-    assert [s["schedule_id"] for s in everything] == ids
+    assert [s["schedule_id"] for s in everything["schedules"]] == ids
     for refused, local_refused in (
         (app.pause_schedule("once-wire"), api.pause_schedule("once-wire", caller=C)),
         (app.resume_schedule("once-wire"), api.resume_schedule("once-wire", caller=C)),

@@ -231,14 +231,15 @@ class Admin:
         return states
 
     def history(self, activity_id: str) -> list[dict[str, Any]]:
-        rows = self.call("scheduler.activities.history", {"activity_id": activity_id})
-        assert isinstance(rows, list)
+        page = self.call("scheduler.activities.history", {"activity_id": activity_id, "limit": 100})
+        assert page["next_cursor"] is None  # the whole history fits one page here
+        rows: list[dict[str, Any]] = page["transitions"]
         return rows
 
     def active_workers(self) -> set[str]:
         return {
             w["info"]["worker_id"]
-            for w in self.call("scheduler.workers.list")
+            for w in self.call("scheduler.workers.list", {"limit": 100})["workers"]
             if w["status"] == "active"
         }
 

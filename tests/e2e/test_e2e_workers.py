@@ -89,7 +89,8 @@ def test_activities_are_dispatched_across_all_workers(cluster: Cluster) -> None:
     assert cluster.workers["w1"].stop() == 0
     assert cluster.workers["w1"].actions("worker.stopped")
     statuses = {
-        w["info"]["worker_id"]: w["status"] for w in cluster.admin.call("scheduler.workers.list")
+        w["info"]["worker_id"]: w["status"]
+        for w in cluster.admin.call("scheduler.workers.list")["workers"]
     }
     assert statuses["w1"] == "gone"
 

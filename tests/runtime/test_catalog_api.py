@@ -67,8 +67,8 @@ def test_artifacts_over_python_and_wire(tmp_path: Path) -> None:
         assert await app.get_artifact("scheduled_hello", 1) == first
         second = await app.create_artifact_from_plan("scheduled_hello", 2, other)
         assert await api.get_artifact("scheduled_hello") == second
-        assert await app.list_artifacts("scheduled_hello") == [first, second]
-        assert await api.list_artifacts() == [first, second]
+        assert (await app.list_artifacts("scheduled_hello")).artifacts == [first, second]
+        assert (await api.list_artifacts()).artifacts == [first, second]
         with pytest.raises(NotFound):
             await app.get_artifact("nope")
         # Bad input is refused with details, over the wire too.
@@ -82,7 +82,7 @@ def test_artifacts_over_python_and_wire(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgument) as cycle:
             await app.create_artifact_from_plan("x", 1, cyclic)
         assert cycle.value.details == {"node": "a", "field": "needs", "cycle": ["a", "a"]}
-        assert await app.list_artifacts("x") == []
+        assert (await app.list_artifacts("x")).artifacts == []
 
     serve(tmp_path, body)
 
@@ -185,12 +185,12 @@ def test_deployments_pin_versions_and_check_inputs(tmp_path: Path) -> None:
             await app.save_deployment(
                 {"artifact_id": "scheduled_hello", "artifact_version": 1, "policy": "nope"}
             )
-        listed = await app.list_deployments()
+        listed = (await app.list_deployments()).deployments
         assert [d.deployment_id for d in listed] == [
             "scheduled_hello.default",
             "scheduled_hello.partial",
         ]
-        assert listed == await api.list_deployments()
+        assert listed == (await api.list_deployments()).deployments
 
     serve(tmp_path, body)
 
@@ -202,7 +202,7 @@ def test_tenant_scoped_callers_see_only_their_deployments(tmp_path: Path) -> Non
         await server.api.create_artifact_from_plan("hello", 1, HELLO_PLAN)
         await server.api.save_deployment({"artifact_id": "hello", "artifact_version": 1})
         mine = await wf.save_deployment(
-            {"artifact_id": "hello", "artifact_version": 1, "name": "acme", "tenant": "acme"},
+            {"artifact_id": "hello", "artifact_version": 1, "name": "acme_main", "tenant": "acme"},
             caller=acme,
         )
         with pytest.raises(Forbidden):
@@ -211,6 +211,6 @@ def test_tenant_scoped_callers_see_only_their_deployments(tmp_path: Path) -> Non
             )
         with pytest.raises(NotFound):
             await wf.get_deployment("hello.default", caller=acme)
-        assert await wf.list_deployments(caller=acme) == [mine]
+        assert (await wf.list_deployments(caller=acme)).deployments == [mine]
 
     serve(tmp_path, body)

@@ -161,7 +161,7 @@ def test_create_returns_the_full_definition(make_server: ServerFactory) -> None:
             # Fri 2026-03-27 12:00Z is 21:00 in Tokyo: next is Mon 09:30 JST = 00:30Z.
             assert created["next_instant"] == iso(datetime(2026, 3, 30, 0, 30, tzinfo=UTC))
             assert await schedules.get_schedule(schedule_id="hourly") == created
-            assert await schedules.list_schedules() == [created]
+            assert (await schedules.list_schedules())["schedules"] == [created]
 
     asyncio.run(main())
 
@@ -239,7 +239,7 @@ def test_create_refuses_and_stores_nothing(
             with pytest.raises(error) as raised:
                 await create(schedules, schedule_id, **options)
             assert type(raised.value) is error, raised.value
-            assert await schedules.list_schedules(include_deleted=True) == []
+            assert (await schedules.list_schedules(include_deleted=True))["schedules"] == []
             if schedule_id:
                 with pytest.raises(NotFound):
                     await schedules.get_schedule(schedule_id=schedule_id)
@@ -290,20 +290,21 @@ def test_get_and_list(make_server: ServerFactory) -> None:
             schedules = server.api.schedules
             with pytest.raises(NotFound):
                 await schedules.get_schedule(schedule_id="hourly")
-            assert await schedules.list_schedules() == []
+            assert (await schedules.list_schedules())["schedules"] == []
             b = await create(
                 schedules, "b-daily", trigger={"kind": "cron", "expression": "0 6 * * *"}
             )
             a = await create(schedules, "a-hourly")
             c = await create(schedules, "c-once", trigger={"kind": "oneshot", "at": FUTURE})
-            assert [s["schedule_id"] for s in await schedules.list_schedules()] == [
+            assert [s["schedule_id"] for s in (await schedules.list_schedules())["schedules"]] == [
                 "a-hourly",
                 "b-daily",
                 "c-once",
             ]
             deleted = await schedules.delete_schedule(schedule_id="b-daily")
-            assert await schedules.list_schedules() == [a, c]
-            assert await schedules.list_schedules(include_deleted=True) == [a, deleted, c]
+            assert (await schedules.list_schedules())["schedules"] == [a, c]
+            everything = await schedules.list_schedules(include_deleted=True)
+            assert everything["schedules"] == [a, deleted, c]
             got = await schedules.get_schedule(schedule_id="b-daily")
             assert got == deleted
             assert got["status"] == "deleted"
@@ -476,7 +477,7 @@ def test_create_refuses_unknown_trigger_fields(
             schedules = server.api.schedules
             with pytest.raises(InvalidArgument):
                 await create(schedules, trigger=trigger)
-            assert await schedules.list_schedules(include_deleted=True) == []
+            assert (await schedules.list_schedules(include_deleted=True))["schedules"] == []
 
     asyncio.run(main())
 
@@ -514,7 +515,7 @@ def test_pause_and_resume_are_idempotent(make_server: ServerFactory, clock: Virt
             assert paused["revision"] == 2
             assert paused["next_instant"] is None
             assert await schedules.get_schedule(schedule_id="hourly") == paused
-            assert await schedules.list_schedules() == [paused]
+            assert (await schedules.list_schedules())["schedules"] == [paused]
             again = await schedules.pause_schedule(schedule_id="hourly", reason="other")
             assert again == paused  # idempotent: nothing changes, not even the reason
             # Three and a half hours later: resume from the next future instant.
@@ -599,7 +600,7 @@ def test_delete_a_paused_schedule(make_server: ServerFactory) -> None:
             await schedules.pause_schedule(schedule_id="hourly", reason="r")
             deleted = await schedules.delete_schedule(schedule_id="hourly")
             assert deleted["status"] == "deleted"
-            assert [s["schedule_id"] for s in await schedules.list_schedules()] == []
+            assert [s["schedule_id"] for s in (await schedules.list_schedules())["schedules"]] == []
 
     asyncio.run(main())
 

@@ -192,7 +192,8 @@ async def poll(c: RpcClient, worker_id: str, *, wait_s: float = 0.2, max_items: 
 
 
 async def workers_by_id(c: RpcClient) -> dict[str, Any]:
-    return {w["info"]["worker_id"]: w for w in await c.call("scheduler.workers.list")}
+    page = await c.call("scheduler.workers.list", {"limit": 100})
+    return {w["info"]["worker_id"]: w for w in page["workers"]}
 
 
 # ------------------------------------------------------------ authentication
@@ -278,7 +279,10 @@ def test_read_only_may_read_but_not_submit(tmp_path: Path, pki: Pki) -> None:
                 }
                 with pytest.raises(Forbidden):
                     await reader.call("scheduler.activities.cancel", {"activity_id": "r1"})
-                assert await reader.call("scheduler.workers.list") == []
+                assert await reader.call("scheduler.workers.list") == {
+                    "workers": [],
+                    "next_cursor": None,
+                }
             async with client(server, pki, token="operator") as operator:
                 await submit(operator, activity("r1"))
 
@@ -436,7 +440,7 @@ def test_a_worker_cannot_act_for_another_credentials_worker(tmp_path: Path, pki:
                 ("scheduler.workers.shutdown", {"worker_id": "wa-1"}),
                 ("scheduler.leases.start", fenced),
                 ("scheduler.leases.renew", fenced),
-                ("scheduler.leases.complete", {**fenced, "result": "c3RvbGVu"}),
+                ("scheduler.leases.complete", {**fenced, "result": "InN0b2xlbiI="}),
                 ("scheduler.leases.fail", {**fenced, "retryable": False}),
             ):
                 with pytest.raises(Forbidden):
@@ -444,7 +448,7 @@ def test_a_worker_cannot_act_for_another_credentials_worker(tmp_path: Path, pki:
 
             # The rightful holder is unaffected and finishes its work.
             await worker_a.call("scheduler.leases.start", fenced)
-            await worker_a.call("scheduler.leases.complete", {**fenced, "result": "b2s="})
+            await worker_a.call("scheduler.leases.complete", {**fenced, "result": "Im9rIg=="})
             view = await operator.call("scheduler.activities.get", {"activity_id": "x1"})
             assert view["finished_state"] == "completed"
 
@@ -508,16 +512,16 @@ def test_a_tenant_scoped_operator_sees_and_touches_only_its_tenants(
             client(server, pki, token="worker-b") as worker_b,
         ):
             with pytest.raises(Forbidden) as refused:
-                await submit(ops_t1, activity("a1", tenant="t1"), activity("a2", tenant="t2"))
+                await submit(ops_t1, activity("t1.a1", tenant="t1"), activity("a2", tenant="t2"))
             assert refused.value.details == {"tenants": ["t2"]}
-            await submit(ops_t1, activity("a1", tenant="t1"))
+            await submit(ops_t1, activity("t1.a1", tenant="t1"))
             await submit(admin, activity("a2", tenant="t2"))
 
             await register(worker_a, "wa-t1")
             await register(worker_b, "wb-t2", tenants=["t2"])
             await register(worker_b, "wb-any", max_concurrency=10)
             taken = await poll(worker_b, "wb-any", wait_s=2.0)
-            assert sorted(lease["activity_id"] for lease in taken) == ["a1", "a2"]
+            assert sorted(lease["activity_id"] for lease in taken) == ["a2", "t1.a1"]
 
             # Another tenant's activity is indistinguishable from an unknown id.
             for method in ("scheduler.activities.get", "scheduler.activities.history"):
@@ -525,7 +529,7 @@ def test_a_tenant_scoped_operator_sees_and_touches_only_its_tenants(
                     await ops_t1.call(method, {"activity_id": "a2"})
                 with pytest.raises(NotFound):
                     await ops_t1.call(method, {"activity_id": "never-submitted"})
-                await ops_t1.call(method, {"activity_id": "a1"})
+                await ops_t1.call(method, {"activity_id": "t1.a1"})
             with pytest.raises(NotFound):
                 await ops_t1.call("scheduler.activities.cancel", {"activity_id": "a2"})
             with pytest.raises(Forbidden):
@@ -533,10 +537,10 @@ def test_a_tenant_scoped_operator_sees_and_touches_only_its_tenants(
 
             seen = await workers_by_id(ops_t1)
             assert sorted(seen) == ["wa-t1", "wb-any"]
-            assert list(seen["wb-any"]["leases"]) == ["a1"]
+            assert list(seen["wb-any"]["leases"]) == ["t1.a1"]
             everything = await workers_by_id(admin)
             assert sorted(everything) == ["wa-t1", "wb-any", "wb-t2"]
-            assert sorted(everything["wb-any"]["leases"]) == ["a1", "a2"]
+            assert sorted(everything["wb-any"]["leases"]) == ["a2", "t1.a1"]
 
             # Finished activities stay isolated too.
             for lease in taken:
@@ -547,7 +551,7 @@ def test_a_tenant_scoped_operator_sees_and_touches_only_its_tenants(
                 await ops_t1.call("scheduler.activities.get", {"activity_id": "a2"})
             with pytest.raises(NotFound):
                 await ops_t1.call("scheduler.activities.history", {"activity_id": "a2"})
-            view = await ops_t1.call("scheduler.activities.get", {"activity_id": "a1"})
+            view = await ops_t1.call("scheduler.activities.get", {"activity_id": "t1.a1"})
             assert view["finished_state"] == "completed"
             view = await admin.call("scheduler.activities.get", {"activity_id": "a2"})
             assert view["finished_state"] == "completed"
@@ -717,6 +721,6 @@ def test_optional_client_certificates_still_need_a_credential(tmp_path: Path, pk
                 with pytest.raises(Unauthorized):
                     await anonymous.call("scheduler.workers.list")
             async with client(server, pki, cert="ops-cert") as operator:
-                assert await operator.call("scheduler.workers.list") == []
+                assert (await operator.call("scheduler.workers.list"))["workers"] == []
 
     run(scenario)

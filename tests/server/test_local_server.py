@@ -29,11 +29,11 @@ def test_local_workers_run_activities_over_loopback_json_rpc(tmp_path: Path) -> 
                     if view.finished_state is ActivityState.COMPLETED:
                         break
                     await asyncio.sleep(0.02)
-            history = await api.activity_history("g-1", ANONYMOUS_ADMIN)
+            history = (await api.activity_history("g-1", ANONYMOUS_ADMIN)).transitions
             leased = [t for t in history if t.to_state is ActivityState.LEASED]
             assert [t.worker_id for t in leased] == ["local-1"]
             # The worker registered through scheduler.workers.register like any other.
-            workers = await api.list_workers(ANONYMOUS_ADMIN)
+            workers = (await api.list_workers(ANONYMOUS_ADMIN)).workers
             assert [w.info.worker_id for w in workers] == ["local-1"]
             assert workers[0].info.activity_types == frozenset({"greet"})
             assert local.workers[0].counters.completed == 1

@@ -391,7 +391,7 @@ def test_discover_lists_every_method_with_its_schema(tmp_path: Path) -> None:
         good = {
             "activities": [
                 ACTIVITY
-                | {"priority": 1, "capabilities": ["gpu"], "payload": "aGk=", "deadline": None}
+                | {"priority": 1, "capabilities": ["gpu"], "payload": "WyJoaSJd", "deadline": None}
             ]
         }
         submit = schemas["scheduler.activities.submit"]

@@ -174,8 +174,11 @@ def state_is(admin: RpcClient, activity_id: str, expected: str) -> Callable[[], 
 
 
 async def history(admin: RpcClient, activity_id: str) -> list[dict[str, Any]]:
-    rows = await admin.call("scheduler.activities.history", {"activity_id": activity_id})
-    assert isinstance(rows, list)
+    page = await admin.call(
+        "scheduler.activities.history", {"activity_id": activity_id, "limit": 100}
+    )
+    assert page["next_cursor"] is None  # the whole history fits one page here
+    rows: list[dict[str, Any]] = page["transitions"]
     return rows
 
 
@@ -279,7 +282,7 @@ def test_sync_and_async_activities_complete(tmp_path: Path) -> None:
             assert calls >= 20 + (20 - counters.started_on_grant - counters.unreported_starts)
             assert batches < calls
             workers = await admin.call("scheduler.workers.list", {})
-            (view,) = workers
+            (view,) = workers["workers"]
             assert sorted(view["info"]["activity_types"]) == ["add", "greet"]
 
     run(main)
@@ -548,7 +551,7 @@ def test_graceful_shutdown_returns_unstarted_leases(tmp_path: Path) -> None:
             async with running(make_worker(server, [gated], worker_id="second")):
                 await eventually(lambda: len(recorder.completed()) == 3, "the rest completes")
             workers = {w["info"]["worker_id"]: w["status"] for w in
-                       await admin.call("scheduler.workers.list", {})}  # fmt: skip
+                       (await admin.call("scheduler.workers.list", {}))["workers"]}  # fmt: skip
             assert workers["first"] == "gone"
 
     run(main)

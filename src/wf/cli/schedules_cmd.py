@@ -4,7 +4,7 @@
 
     wf schedules create --file F.json        # the body holds create_schedule's parameters
     wf schedules get ID
-    wf schedules list [--include-deleted]
+    wf schedules list [--include-deleted] [--limit N] [--cursor C | --page]
     wf schedules update ID --expected-revision N --file F.json   # the fields to change
     wf schedules pause ID [--reason TEXT]
     wf schedules resume ID
@@ -101,8 +101,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     sub = add("get", "show one schedule", _get)
     sub.add_argument("schedule_id", metavar="ID")
-    sub = add("list", "list schedules", _list)
+    sub = add("list", "list schedules (every page, unless --cursor or --page)", _list)
     sub.add_argument("--include-deleted", action="store_true", help="also list deleted ones")
+    sub.add_argument("--limit", type=int, default=100, metavar="N", help="page size, 1-100 (100)")
+    one_page = sub.add_mutually_exclusive_group()
+    one_page.add_argument(
+        "--cursor", metavar="C", help="show only the page after a previous page's next_cursor"
+    )
+    one_page.add_argument(
+        "--page", action="store_true", help="show only the first page (and its next_cursor)"
+    )
     sub = add("update", "change the fields given in a JSON body", _update)
     sub.add_argument("schedule_id", metavar="ID")
     sub.add_argument(
@@ -200,7 +208,22 @@ def _get(app: SyncApp, args: argparse.Namespace) -> int:
 
 
 def _list(app: SyncApp, args: argparse.Namespace) -> int:
-    views = app.run(lambda a: a.list_schedules(include_deleted=args.include_deleted))
+    def page_after(cursor: str | None) -> dict[str, Any]:
+        return app.run(
+            lambda a: a.list_schedules(
+                include_deleted=args.include_deleted, limit=args.limit, cursor=cursor
+            )
+        )
+
+    if args.page or args.cursor is not None:
+        page = page_after(args.cursor)
+        return _emit(args, page, lambda: _schedules_page_text(page))
+    # Every page, in order: the listing is paged on the server (at most 100 a call).
+    page = page_after(None)
+    views = list(page["schedules"])
+    while page["next_cursor"] is not None:
+        page = page_after(page["next_cursor"])
+        views.extend(page["schedules"])
     return _emit(args, views, lambda: _schedules_table(views))
 
 
@@ -336,6 +359,13 @@ def _schedules_table(views: list[dict[str, Any]]) -> str:
             )
         )
     return _table(headers, rows)
+
+
+def _schedules_page_text(page: dict[str, Any]) -> str:
+    text = _schedules_table(page["schedules"])
+    if page["next_cursor"] is not None:
+        text += f"\n\nmore: --cursor {page['next_cursor']}"
+    return text
 
 
 def _schedule_text(v: dict[str, Any], verb: str | None = None) -> str:

@@ -45,11 +45,12 @@ from typing import Any, ClassVar, Final, Self, TypeVar
 import msgspec
 
 from wf.client.rpc_client import RpcClient
+from wf.runtime.api import ArtifactPage, DeploymentPage
 from wf.runtime.artifacts import Artifact
 from wf.runtime.deployments import Deployment
 from wf.runtime.plan import Plan
 from wf.scheduler.model import Activity, HeartbeatStats, WorkerInfo
-from wf.scheduler.outputs import LeaseRevoked, Transition
+from wf.scheduler.outputs import LeaseRevoked
 from wf.schedules.model import CronTrigger, OneShotTrigger
 from wf.server.schedule_rpc import (
     CreateScheduleParams,
@@ -68,6 +69,8 @@ from wf.server.scheduler_api import (
     FailParams,
     FencedParams,
     HeartbeatParams,
+    HistoryParams,
+    ListWorkersParams,
     NoParams,
     PollParams,
     PollResult,
@@ -75,8 +78,9 @@ from wf.server.scheduler_api import (
     RegisterResult,
     RegisterWorkerParams,
     SubmitParams,
+    TransitionPage,
     WorkerIdParams,
-    WorkerView,
+    WorkerPage,
 )
 from wf.server.workflow_rpc import (
     CancelRunParams,
@@ -84,6 +88,7 @@ from wf.server.workflow_rpc import (
     DeploymentIdParams,
     GetArtifactParams,
     ListArtifactsParams,
+    ListDeploymentsParams,
     ListRunsParams,
     ResumeRunParams,
     RunIdParams,
@@ -163,9 +168,9 @@ SCHEDULER_TWINS: Final[Mapping[str, Twin]] = {
         rpc="scheduler.activities.get", params=ActivityIdParams, result=ActivityView
     ),
     "activity_history": Twin(
-        rpc="scheduler.activities.history", params=ActivityIdParams, result=list[Transition]
+        rpc="scheduler.activities.history", params=HistoryParams, result=TransitionPage
     ),
-    "list_workers": Twin(rpc="scheduler.workers.list", params=NoParams, result=list[WorkerView]),
+    "list_workers": Twin(rpc="scheduler.workers.list", params=ListWorkersParams, result=WorkerPage),
     "queue_stats": Twin(rpc="scheduler.queue.stats", params=NoParams, result=QueueStats),
 }
 """``scheduler.*``: Python name (as on ``SchedulerAPI``) → wire form."""
@@ -176,7 +181,7 @@ WORKFLOW_TWINS: Final[Mapping[str, Twin]] = {
     ),
     "get_artifact": Twin(rpc="workflow.artifacts.get", params=GetArtifactParams, result=Artifact),
     "list_artifacts": Twin(
-        rpc="workflow.artifacts.list", params=ListArtifactsParams, result=list[Artifact]
+        rpc="workflow.artifacts.list", params=ListArtifactsParams, result=ArtifactPage
     ),
     "save_deployment": Twin(
         rpc="workflow.deployments.save", params=SaveDeploymentParams, result=Deployment
@@ -185,7 +190,7 @@ WORKFLOW_TWINS: Final[Mapping[str, Twin]] = {
         rpc="workflow.deployments.get", params=DeploymentIdParams, result=Deployment
     ),
     "list_deployments": Twin(
-        rpc="workflow.deployments.list", params=NoParams, result=list[Deployment]
+        rpc="workflow.deployments.list", params=ListDeploymentsParams, result=DeploymentPage
     ),
     "start_run": Twin(rpc="workflow.runs.start", params=StartRunParams, result=dict[str, Any]),
     "inspect_run": Twin(rpc="workflow.runs.inspect", params=RunIdParams, result=dict[str, Any]),
@@ -203,7 +208,7 @@ SCHEDULE_TWINS: Final[Mapping[str, Twin]] = {
         rpc="workflow.schedules.get", params=ScheduleIdParams, result=dict[str, Any]
     ),
     "list_schedules": Twin(
-        rpc="workflow.schedules.list", params=ListSchedulesParams, result=list[dict[str, Any]]
+        rpc="workflow.schedules.list", params=ListSchedulesParams, result=dict[str, Any]
     ),
     "update_schedule": Twin(
         rpc="workflow.schedules.update", params=UpdateScheduleParams, result=dict[str, Any]
@@ -302,13 +307,17 @@ class App:
         """An activity's current state."""
         return await self._call("get_activity", activity_id=activity_id)
 
-    async def activity_history(self, activity_id: str) -> list[Transition]:
-        """Every transition of an activity, oldest first."""
-        return await self._call("activity_history", activity_id=activity_id)
+    async def activity_history(
+        self, activity_id: str, limit: int = 50, cursor: str | None = None
+    ) -> TransitionPage:
+        """A page of an activity's transitions, oldest first, with ``next_cursor``."""
+        return await self._call(
+            "activity_history", activity_id=activity_id, limit=limit, cursor=cursor
+        )
 
-    async def list_workers(self) -> list[WorkerView]:
-        """Every known worker."""
-        return await self._call("list_workers")
+    async def list_workers(self, limit: int = 50, cursor: str | None = None) -> WorkerPage:
+        """A page of the known workers in registration order, with ``next_cursor``."""
+        return await self._call("list_workers", limit=limit, cursor=cursor)
 
     async def queue_stats(self) -> QueueStats:
         """Queue depth, capacity and backpressure."""
@@ -332,9 +341,13 @@ class App:
         """One artifact version (default: the highest)."""
         return await self._call("get_artifact", artifact_id=artifact_id, version=version)
 
-    async def list_artifacts(self, artifact_id: str | None = None) -> list[Artifact]:
-        """Artifact versions, by id then version."""
-        return await self._call("list_artifacts", artifact_id=artifact_id)
+    async def list_artifacts(
+        self, artifact_id: str | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> ArtifactPage:
+        """A page of artifact versions, by id then version, with ``next_cursor``."""
+        return await self._call(
+            "list_artifacts", artifact_id=artifact_id, limit=limit, cursor=cursor
+        )
 
     async def save_deployment(
         self, body: dict[str, Any], expected_revision: int | None = None
@@ -346,9 +359,11 @@ class App:
         """One deployment."""
         return await self._call("get_deployment", deployment_id=deployment_id)
 
-    async def list_deployments(self) -> list[Deployment]:
-        """Every deployment the caller may see."""
-        return await self._call("list_deployments")
+    async def list_deployments(
+        self, *, limit: int = 50, cursor: str | None = None
+    ) -> DeploymentPage:
+        """A page of the deployments the caller may see, by id, with ``next_cursor``."""
+        return await self._call("list_deployments", limit=limit, cursor=cursor)
 
     async def start_run(
         self, deployment_id: str, inputs: dict[str, Any] | None = None
@@ -422,9 +437,14 @@ class App:
         """A schedule's definition, admission state and counters (deleted ones too)."""
         return await self._call("get_schedule", schedule_id=schedule_id)
 
-    async def list_schedules(self, *, include_deleted: bool = False) -> list[dict[str, Any]]:
-        """Every visible schedule by id; deleted ones only when asked."""
-        return await self._call("list_schedules", include_deleted=include_deleted)
+    async def list_schedules(
+        self, *, include_deleted: bool = False, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """A page of the visible schedules by id: ``{"schedules": [...], "next_cursor"}``
+        (deleted ones only when asked)."""
+        return await self._call(
+            "list_schedules", include_deleted=include_deleted, limit=limit, cursor=cursor
+        )
 
     async def update_schedule(
         self,

@@ -62,6 +62,17 @@ def error_from_wire(error: dict[str, Any]) -> WfError:
     return RpcProtocolError(message, jsonrpc_code=error.get("code"))
 
 
+def _refusal(body: bytes) -> dict[str, Any] | None:
+    """A JSON-RPC error object an HTTP error response carries, if it carries one."""
+    try:
+        answer = msgspec.json.decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+        return answer
+    return None
+
+
 class RpcClient:
     """See the module docstring."""
 
@@ -156,9 +167,14 @@ class RpcClient:
                     )
                 if response.status == 204:
                     return []
-                if response.status not in (200, 401):
-                    raise RpcUnavailable(f"HTTP {response.status} from {self.url}")
-                return msgspec.json.decode(response.body)
+                if response.status in (200, 401):
+                    return msgspec.json.decode(response.body)
+                refusal = _refusal(response.body)
+                if refusal is not None:
+                    # The server's edge refused the request itself (too large, too many
+                    # connections, timed out): its typed error, not a transport failure.
+                    return refusal
+                raise RpcUnavailable(f"HTTP {response.status} from {self.url}")
             except (HttpError, OSError, TimeoutError, msgspec.DecodeError) as exc:
                 last = exc
                 self._current = (current + 1) % len(self.urls)

@@ -19,6 +19,11 @@ and its activities' histories (:mod:`wf.runtime.trace`); ``list_runs`` pages by
 opaque cursor; ``resume_run`` and ``cancel_run`` go through the engine under the
 run's lock.
 
+Listings (``list_artifacts``, ``list_deployments``, ``list_runs``) answer one
+page of at most 100, read from the store by key after the cursor's
+(:mod:`wf.wire.paging`, :mod:`wf.store.pages`), so no call's cost grows with
+the catalog.
+
 Access: artifacts are a shared catalog (any ``operate`` caller may create,
 any ``read`` caller may read). Deployments belong to a tenant: a
 tenant-scoped caller may save only deployments of its tenants
@@ -30,7 +35,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
+
+import msgspec
 
 from wf.clock import Clock
 from wf.errors import Conflict, CorruptRecord, Forbidden, InvalidArgument, NotFound, UnknownPolicy
@@ -42,7 +49,11 @@ from wf.runtime.runs import Run, RunStatus, Trigger, run_from_row
 from wf.runtime.schema import instance_problems
 from wf.runtime.trace import decode_cursor, encode_cursor, run_summary, run_view
 from wf.store import rows
-from wf.store.protocol import Store
+from wf.store.protocol import RunRow, Store
+from wf.tenancy import require_namespace
+from wf.wire import paging
+from wf.wire.bounds import PAGE_LIMIT_MAX, check_text
+from wf.wire.paging import PAGE_BYTES_MAX, PAGE_LIMIT_DEFAULT, check_limit, views_in_slices
 
 ARTIFACT_CACHE_MAX: Final = 1_024
 """Verified artifact versions kept in memory (they never change once stored)."""
@@ -50,6 +61,32 @@ ARTIFACT_CACHE_MAX: Final = 1_024
 
 REASON_MAX: Final = 1_000
 """Longest cancellation reason stored with a run."""
+DEPLOYMENT_SCAN_ROWS_MAX: Final = 500
+"""Most stored deployments one ``list_deployments`` call reads for a tenant-scoped
+caller (the tenant is in the body, so the store cannot filter by it)."""
+_ARTIFACTS: Final = "artifacts"
+_DEPLOYMENTS: Final = "deployments"
+"""Cursor kinds of the listings."""
+
+R = TypeVar("R")
+
+
+class ArtifactPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of ``list_artifacts``."""
+
+    artifacts: list[Artifact]
+    """Artifact versions, by id then version."""
+    next_cursor: str | None
+    """Pass back to get the next page; ``None`` on the last one."""
+
+
+class DeploymentPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of ``list_deployments``."""
+
+    deployments: list[dep.Deployment]
+    """Deployments, by id."""
+    next_cursor: str | None
+    """Pass back to get the next page; ``None`` on the last one."""
 
 
 class Scope(Protocol):
@@ -130,10 +167,46 @@ class WorkflowAPI:
         return artifact
 
     async def list_artifacts(
-        self, artifact_id: str | None = None, *, caller: Scope
-    ) -> list[Artifact]:
-        """Every version of ``artifact_id`` (or of every artifact), by id then version."""
-        return [artifact_from_row(r) for r in await self.store.list_artifacts(artifact_id)]
+        self,
+        artifact_id: str | None = None,
+        *,
+        caller: Scope,
+        limit: int = PAGE_LIMIT_DEFAULT,
+        cursor: str | None = None,
+    ) -> ArtifactPage:
+        """One page of artifact versions by id then version (only ``artifact_id``'s when
+        given), with ``next_cursor`` (``None`` on the last page).
+
+        ``limit`` is 1-100. Plans can be large, so a page also stops once its
+        plans reach :data:`~wf.wire.paging.PAGE_BYTES_MAX` (never before its
+        first item): a page may hold fewer than ``limit`` versions while
+        ``next_cursor`` is set.
+        """
+        limit = check_limit(limit)
+        after: tuple[str, int] | None = None
+        if cursor is not None:
+            after_id, after_version = paging.decode_cursor(cursor, _ARTIFACTS, (str, int))
+            if artifact_id is not None and after_id != artifact_id:
+                raise InvalidArgument(
+                    f"cursor continues artifact {after_id!r}, not {artifact_id!r}",
+                    field="cursor",
+                )
+            after = (after_id, after_version)
+        stored = await self.store.artifacts_page(
+            after=after, artifact_id=artifact_id, limit=limit + 1
+        )
+        page = _within_bytes(stored[:limit], lambda r: len(r.plan))
+        artifacts = await views_in_slices(page, artifact_from_row)
+        more = len(stored) > len(page)
+        last = page[-1] if page else None
+        return ArtifactPage(
+            artifacts=artifacts,
+            next_cursor=(
+                paging.encode_cursor(_ARTIFACTS, last.artifact_id, last.version)
+                if more and last is not None
+                else None
+            ),
+        )
 
     # ----------------------------------------------------------- deployments
 
@@ -158,6 +231,10 @@ class WorkflowAPI:
                 "expected_revision must not be negative", field="expected_revision"
             )
         _require_tenant(caller, spec.tenant)
+        # Before the id is looked up: the answer never depends on other tenants' ids.
+        require_namespace(
+            spec.name, spec.tenant, caller.tenants, kind="deployment", field="name", separators="_"
+        )
         known = self.policies
         if spec.policy is not None and known is not None and spec.policy not in known:
             raise UnknownPolicy(
@@ -216,12 +293,48 @@ class WorkflowAPI:
             )
         return found
 
-    async def list_deployments(self, *, caller: Scope) -> list[dep.Deployment]:
-        """Every deployment the caller may see, by id."""
-        found = [dep.deployment_from_row(r) for r in await self.store.list_deployments()]
-        if caller.tenants is None:
-            return found
-        return [d for d in found if d.tenant in caller.tenants]
+    async def list_deployments(
+        self, *, caller: Scope, limit: int = PAGE_LIMIT_DEFAULT, cursor: str | None = None
+    ) -> DeploymentPage:
+        """One page of the deployments the caller may see, by id, with ``next_cursor``
+        (``None`` on the last page); ``limit`` is 1-100.
+
+        A deployment's tenant is inside its stored body, so for a tenant-scoped
+        caller the page is filtered here, reading at most
+        :data:`DEPLOYMENT_SCAN_ROWS_MAX` stored rows per call: when that many
+        hold fewer than ``limit`` of the caller's, the page is short (even
+        empty) and ``next_cursor`` resumes the scan. Follow ``next_cursor``
+        until it is ``None``.
+        """
+        limit = check_limit(limit)
+        after = "" if cursor is None else paging.decode_cursor(cursor, _DEPLOYMENTS, (str,))[0]
+        scope = caller.tenants
+        found: list[dep.Deployment] = []
+        scanned = 0
+        exhausted = False
+        while len(found) <= limit and scanned < DEPLOYMENT_SCAN_ROWS_MAX:
+            budget = DEPLOYMENT_SCAN_ROWS_MAX - scanned
+            want = min(limit + 1 - len(found) if scope is None else PAGE_LIMIT_MAX, budget)
+            stored = await self.store.deployments_page(after=after, limit=want)
+            scanned += len(stored)
+            decoded = await views_in_slices(stored, dep.deployment_from_row)
+            for row, d in zip(stored, decoded, strict=True):
+                if scope is None or d.tenant in scope:
+                    found.append(d)
+                    if len(found) > limit:
+                        break
+                after = row.deployment_id
+            exhausted = len(stored) < want
+            if exhausted:
+                break
+        page = found[:limit]
+        if len(found) > limit:
+            next_cursor: str | None = paging.encode_cursor(_DEPLOYMENTS, page[-1].deployment_id)
+        elif exhausted:
+            next_cursor = None
+        else:  # the scan budget ran out first: resume after the last row read
+            next_cursor = paging.encode_cursor(_DEPLOYMENTS, after)
+        return DeploymentPage(deployments=page, next_cursor=next_cursor)
 
     # ------------------------------------------------------------------ runs
 
@@ -342,12 +455,7 @@ class WorkflowAPI:
             statuses=statuses,
             tenants=None if caller.tenants is None else sorted(caller.tenants),
         )
-        page: list[dict[str, Any]] = []
-        for row in rows[:limit]:
-            try:
-                page.append(run_summary(run_from_row(row)))
-            except CorruptRecord as exc:
-                page.append({"run_id": row.run_id, "status": row.status, "corrupt": exc.message})
+        page = await views_in_slices(rows[:limit], _run_listed)
         more = len(rows) > limit
         return {"runs": page, "next_cursor": encode_cursor(rows[limit - 1].seq) if more else None}
 
@@ -379,6 +487,7 @@ class WorkflowAPI:
             raise InvalidArgument(
                 f"reason must be a string of at most {REASON_MAX} characters", field="reason"
             )
+        check_text(reason, "reason")
         run, _ = await self._visible(run_id, caller)
         _require_tenant(caller, run.tenant)
         cancelled = await self.engine.cancel_run(run_id, reason or "cancelled by request")
@@ -399,6 +508,25 @@ class WorkflowAPI:
                 if isinstance(node, ActivityNode) and state is not None and state.activity_id:
                     histories[state.activity_id] = await self.store.history(state.activity_id)
             return run_view(run, plan, histories)
+
+
+def _run_listed(row: RunRow) -> dict[str, Any]:
+    """A run's summary in a listing (one whose record does not decode says so)."""
+    try:
+        return run_summary(run_from_row(row))
+    except CorruptRecord as exc:
+        return {"run_id": row.run_id, "status": row.status, "corrupt": exc.message}
+
+
+def _within_bytes(page: list[R], size: Callable[[R], int]) -> list[R]:
+    """The longest head of ``page`` (at least its first item) whose sizes stay within
+    :data:`~wf.wire.paging.PAGE_BYTES_MAX`."""
+    total = 0
+    for i, item in enumerate(page):
+        total += size(item)
+        if i > 0 and total > PAGE_BYTES_MAX:
+            return page[:i]
+    return page
 
 
 def _require_tenant(caller: Scope, tenant: str) -> None:

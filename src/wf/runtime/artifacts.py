@@ -66,7 +66,7 @@ def artifact_from_row(row: ArtifactRow) -> Artifact:
     key = f"{row.artifact_id}@{row.version}"
     try:
         plan = decode_canonical(row.plan)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise CorruptRecord(
             f"artifact {key}: stored plan does not decode ({exc})", table="artifacts", key=key
         ) from None

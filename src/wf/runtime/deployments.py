@@ -192,7 +192,7 @@ def deployment_from_row(row: DeploymentRow) -> Deployment:
     """The deployment a store row holds (undecodable or contradictory: CorruptRecord)."""
     try:
         deployment = _body_decoder.decode(row.body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise CorruptRecord(
             f"deployment {row.deployment_id!r}: stored body does not decode ({exc})",
             table="deployments",

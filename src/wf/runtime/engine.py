@@ -33,6 +33,14 @@ closed with that diagnosis. A resume mark without its answer is settled (see
 :meth:`RunEngine.resume_run`). Activities of runs that already stopped are
 withdrawn. A run whose record does not decode is reported in
 :attr:`RunEngine.diagnostics` and left alone (fail closed).
+
+When the store fails under it (the node stopped writing, or a run write
+failed), the loop does not give up: the event it was applying may be lost,
+so it waits until the node accepts writes again (the node reloads by itself
+and tells the engine through ``reload_listeners``) and then reconciles every
+live run with the reloaded core the way recovery does, which finds a lost
+completion in the activity's history and submits again what never reached
+the scheduler.
 """
 
 from __future__ import annotations
@@ -70,6 +78,7 @@ from wf.scheduler import commands as cmd
 from wf.scheduler.model import ActivityState
 from wf.scheduler.outputs import ActivityCompleted, ActivityFailed, Outcome, Transition
 from wf.store.protocol import Diagnostic, RunRow, Store
+from wf.wire.bounds import check_json_bytes
 
 log = logging.getLogger("wf.runtime")
 
@@ -119,7 +128,10 @@ class RunEngine:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._polling = asyncio.Lock()
+        self._reconcile_due = False
+        """Set when live runs must be matched with the core again (see _loop)."""
         node.listeners.append(self._on_outcome)
+        node.reload_listeners.append(self._on_reload)
 
     # ----------------------------------------------------------- lifecycle
 
@@ -400,7 +412,13 @@ class RunEngine:
         async with self._polling:
             done = 0
             while not self._events.empty():
-                await self._apply_event(self._events.get_nowait())
+                event = self._events.get_nowait()
+                try:
+                    await self._apply_event(event)
+                except (StoreUnavailable, asyncio.CancelledError):
+                    raise
+                except Exception as exc:  # one run's poison never stops the others
+                    await self._fail_closed(event.activity_id, exc)
                 done += 1
             now = self.clock.now()
             while self._timers and self._timers[0].due <= now:
@@ -408,13 +426,29 @@ class RunEngine:
                 done += 1
             return done
 
+    def _on_reload(self) -> None:
+        """Node reload listener: the core was rebuilt from the store; reconcile."""
+        self._reconcile_due = True
+        self._wake.set()
+
     async def _loop(self) -> None:
         while True:
             try:
+                if self._reconcile_due:
+                    self._reconcile_due = False
+                    await self.reconcile()
                 await self.poll()
-            except StoreUnavailable:
-                log.exception("run engine: store unavailable; events wait for a restart")
-                return
+            except StoreUnavailable as exc:
+                # The event being applied may be lost with the failed write: once
+                # writes work again, every live run is matched with the core anew.
+                self._reconcile_due = True
+                log.warning(
+                    "run engine: store unavailable (%s); runs wait for writes to resume",
+                    exc.message,
+                    extra={"action": "runs.paused", "error": exc.message},
+                )
+                await self._pause()
+                continue
             except WfError:
                 log.exception("run engine: an event could not be applied")
             if not self._events.empty():
@@ -426,6 +460,50 @@ class RunEngine:
             self._wake.clear()
             if self._events.empty():
                 await sleep_until(self.clock, now + delay, self._wake)
+
+    async def _pause(self) -> None:
+        """Wait a retry interval, and for as long as the node refuses writes (its reload
+        wakes this at once)."""
+        while True:
+            self._wake.clear()
+            await sleep_until(self.clock, self.clock.now() + WAKE_INTERVAL_MAX_S, self._wake)
+            if not self.node.writes_stopped:
+                return
+
+    async def reconcile(self) -> None:
+        """Match every live run with the node's core again, as recovery does at start.
+
+        The loop calls it once writes resume after a store failure (and after every
+        reload of the node). Each run is re-read under its lock, so a change an API
+        call stored meanwhile is never overwritten; an admitted run the engine
+        already holds is left to whoever is beginning it. Raises StoreUnavailable
+        if the store fails again (the loop then waits and tries once more).
+        """
+        for row in await self.store.live_runs():
+            async with self._locks[row.run_id]:
+                held = self._live.get(row.run_id)
+                if held is not None and held[0].status is RunStatus.ADMITTED:
+                    continue
+                fresh = await self.store.get_run(row.run_id)
+                try:
+                    if fresh is None:
+                        continue
+                    run = run_from_row(fresh)
+                    if run.final:
+                        self._live.pop(run.run_id, None)
+                        continue
+                    await self._recover_run(run, await self.plan_of(run))
+                except StoreUnavailable:
+                    raise
+                except Exception as exc:  # one run's trouble never holds up the others
+                    detail = exc.message if isinstance(exc, WfError) else repr(exc)
+                    log.error(
+                        "run %s could not be reconciled: %s",
+                        row.run_id,
+                        detail,
+                        extra={"action": "run.reconcile_failed", "run_id": row.run_id},
+                    )
+        await self._withdraw_orphans()
 
     async def _apply_event(self, event: _Event) -> None:
         parsed = node_of_activity(event.activity_id)
@@ -451,13 +529,9 @@ class RunEngine:
                     self._arm(_Timer(due, 0, "timeout", run_id, node_id, event.token))
                 return
             if event.kind == "completed":
-                try:
-                    output = msgspec.json.decode(event.result) if event.result else None
-                except msgspec.DecodeError as exc:
-                    error = RunError(
-                        code="bad_result", message=f"result is not JSON: {exc}", node=node_id
-                    )
-                    effects = dag.activity_failed(run, node_id, error, now)
+                output, bad = _decode_result(event.result, node_id)
+                if bad is not None:
+                    effects = dag.activity_failed(run, node_id, bad, now)
                 else:
                     effects = dag.activity_completed(run, plan, node_id, output, now)
             elif event.kind == "failed":
@@ -471,6 +545,45 @@ class RunEngine:
                 )
                 effects = dag.activity_failed(run, node_id, error, now)
             await self._commit(run, plan, effects)
+
+    async def _fail_closed(self, activity_id: str, exc: Exception) -> None:
+        """Fail the run an event could not be applied to, as ``corrupt_record``; if even
+        that cannot be stored, leave the run as stored (blocked) and log it."""
+        parsed = node_of_activity(activity_id)
+        run_id, node_id = parsed if parsed is not None else (None, None)
+        log.error(
+            "run %s: the outcome of %s could not be applied (%s: %s); the run fails closed",
+            run_id,
+            activity_id,
+            type(exc).__name__,
+            exc,
+            extra={"action": "run.corrupt_record", "run_id": run_id},
+        )
+        if run_id is None:
+            return
+        try:
+            async with self._locks[run_id]:
+                run, plan = await self.get(run_id)
+                if run.final:
+                    return
+                error = RunError(
+                    code=CorruptRecord.code,
+                    message=f"the outcome of {activity_id} could not be applied: "
+                    f"{type(exc).__name__}",
+                    node=node_id,
+                )
+                await self._commit(
+                    run, plan, dag.stop(run, RunStatus.FAILED, error, self.clock.now())
+                )
+        except StoreUnavailable:
+            raise
+        except Exception:
+            log.exception(
+                "run %s could not be failed closed; it is left as stored",
+                run_id,
+                extra={"action": "run.corrupt_record", "run_id": run_id},
+            )
+            self._live.pop(run_id, None)
 
     async def _apply_timer(self, timer: _Timer, now: float) -> None:
         if timer.kind == "timeout":
@@ -531,8 +644,27 @@ class RunEngine:
                 )
                 log.error("run %s not recovered: %s", row.run_id, exc.message)
                 continue
-            async with self._locks[run.run_id]:
-                await self._recover_run(run, plan)
+            try:
+                async with self._locks[run.run_id]:
+                    await self._recover_run(run, plan)
+            except (StoreUnavailable, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # one run's damage never stops recovery of the others
+                self._live.pop(run.run_id, None)
+                self.diagnostics.append(
+                    Diagnostic(
+                        kind="corrupt_run",
+                        table="runs",
+                        key=row.run_id,
+                        message=f"recovery failed ({type(exc).__name__}: {exc}); "
+                        "the run is left as stored (blocked)",
+                    )
+                )
+                log.exception(
+                    "run %s not recovered; left as stored",
+                    row.run_id,
+                    extra={"action": "run.corrupt_record", "run_id": row.run_id},
+                )
         await self._withdraw_orphans()
 
     async def _recover_run(self, run: Run, plan: Plan) -> None:
@@ -600,13 +732,9 @@ class RunEngine:
             return dag.Effects()
         last = history[-1]
         if last.to_state is ActivityState.COMPLETED:
-            try:
-                output = msgspec.json.decode(last.result) if last.result else None
-            except msgspec.DecodeError as exc:
-                error = RunError(
-                    code="bad_result", message=f"result is not JSON: {exc}", node=node_id
-                )
-                return dag.activity_failed(run, node_id, error, now)
+            output, bad = _decode_result(last.result, node_id)
+            if bad is not None:
+                return dag.activity_failed(run, node_id, bad, now)
             return dag.activity_completed(run, plan, node_id, output, now)
         if last.to_state is ActivityState.FAILED:
             return dag.activity_failed(run, node_id, _stored_failure(last, node_id), now)
@@ -690,6 +818,19 @@ def _failure(d: ActivityFailed, activity_id: str) -> RunError:
         node=node,
         error_type=d.error_type,
     )
+
+
+def _decode_result(result: bytes | None, node_id: str) -> tuple[Any, RunError | None]:
+    """An activity's result as the run engine uses it, or the ``bad_result`` error that
+    fails its node: not UTF-8 JSON, or outside :mod:`wf.wire.bounds` (the server
+    refuses such results at the edge; this guards what is already stored)."""
+    if not result:
+        return None, None
+    try:
+        check_json_bytes(result, "result")
+        return msgspec.json.decode(result), None
+    except InvalidArgument as exc:
+        return None, RunError(code="bad_result", message=exc.message, node=node_id)
 
 
 def _stored_failure(last: Transition, node_id: str) -> RunError:

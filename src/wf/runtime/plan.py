@@ -298,7 +298,7 @@ def plan_from_json(raw: bytes | str) -> Plan:
     """Decode a plan from JSON text and validate it."""
     try:
         data = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidArgument(f"a plan must be JSON: {exc}", field="plan") from None
     return plan_from_builtins(data)
 

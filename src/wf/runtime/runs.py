@@ -248,9 +248,9 @@ def run_from_row(row: RunRow) -> Run:
     contradicts its row."""
     try:
         run = _decoder.decode(row.body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise CorruptRecord(
-            f"run {row.run_id!r}: stored body does not decode ({exc})",
+            f"run {row.run_id!r}: stored body does not decode ({type(exc).__name__}: {exc})",
             table="runs",
             key=row.run_id,
         ) from None

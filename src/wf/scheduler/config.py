@@ -9,7 +9,7 @@ backpressure, and work stealing off.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -18,6 +18,9 @@ from wf.scheduler.backpressure import BackpressureConfig
 from wf.scheduler.load_balancer import BalancingStrategy
 from wf.scheduler.queue import PartitionKey
 from wf.scheduler.rate_limiter import RateLimitConfig
+
+DEPARTED_WORKER_RETENTION_MAX_S: Final = 10 * 365 * 86_400.0
+"""Longest configurable retention of departed workers (ten years; ``0`` means for ever)."""
 
 
 class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -80,6 +83,12 @@ class SchedulerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     the worker starts the activity then, on its own timer: delayed work does not
     wait for the dispatch hop after its instant. The price is a slot held idle for
     at most this long. ``0`` queues each delayed activity at its instant."""
+    departed_worker_retention_s: float = 86_400.0
+    """How long a worker that failed or left (``failed``/``gone``) stays known.
+
+    After that the core forgets it at a tick and the store deletes its row, so
+    departed workers do not pile up for ever; one that comes back later simply
+    registers afresh. ``0`` keeps departed workers for ever."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.lease_ttl_s) and self.lease_ttl_s > 0):
@@ -103,3 +112,12 @@ class SchedulerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             )
         if self.submit_batch_max < 1 or self.poll_items_max < 1:
             raise InvalidArgument("batch bounds must be at least 1")
+        if not (
+            math.isfinite(self.departed_worker_retention_s)
+            and 0 <= self.departed_worker_retention_s <= DEPARTED_WORKER_RETENTION_MAX_S
+        ):
+            raise InvalidArgument(
+                "departed_worker_retention_s must be within "
+                f"0..{DEPARTED_WORKER_RETENTION_MAX_S:.0f} seconds (0 keeps them for ever)",
+                field="departed_worker_retention_s",
+            )

@@ -25,7 +25,8 @@ them gets it. Each grant is a ``LEASED`` transition with a fresh fencing
 token. The worker reports ``StartActivity`` (``EXECUTING``), renews, and
 finishes with ``Complete`` or ``Fail``; a failure is retried with backoff
 (``DELAYED``) while its retry budget lasts. ``Tick`` fires due timers and
-cron triggers, expires lapsed leases and declares silent workers lost. A
+cron triggers, expires lapsed leases, declares silent workers lost and
+forgets workers departed longer than ``departed_worker_retention_s``. A
 timer fires ``early_grant_s`` before its instant: a grant made before the
 instant carries it as ``not_before`` (never started on grant), and the worker
 starts the activity at that instant on its own timer, so delayed work does
@@ -95,6 +96,7 @@ from wf.scheduler.outputs import (
     RetryScheduled,
     Transition,
     WorkerFailed,
+    WorkerRemoved,
     WorkerUpserted,
 )
 from wf.scheduler.policies import SchedulingPolicy, make_policy
@@ -138,7 +140,9 @@ class SchedulerCore:
         }
         self._group_items = list(self.policies.items())
         self.leases = LeaseTable(config.lease_ttl_s)
-        self.registry = WorkerRegistry(config.heartbeat_misses_max)
+        self.registry = WorkerRegistry(
+            config.heartbeat_misses_max, config.departed_worker_retention_s
+        )
         self.balancer: LoadBalancer = make_load_balancer(config.balancer)
         self.limiter = RateLimiter(config.limits)
         self._limited = config.limits != RateLimitConfig()
@@ -206,6 +210,7 @@ class SchedulerCore:
             self.crons.next_due_at(),
             self.leases.next_expiry_at(),
             self.registry.next_deadline_at(),
+            self.registry.next_purge_at(),
         ]
         if self.waiting and self.queue.depth:
             candidates.append(self._blocked_until(now))
@@ -580,7 +585,7 @@ class SchedulerCore:
             self.limiter.release(a.tenant)
         self.policies[self._group(a)].on_release(a)
         if worker.status is WorkerStatus.DRAINING and not worker.leases:
-            worker.status = WorkerStatus.GONE
+            self.registry.depart(worker, WorkerStatus.GONE, self._now)
             self._worker_record(worker, self._now)
 
     def _revoke(self, a: Activity, reason: str) -> None:
@@ -702,7 +707,7 @@ class SchedulerCore:
             if a.state is _LEASED:
                 self._abandon(a, "returned", now, count=False)
         if not worker.leases and worker.status is WorkerStatus.DRAINING:
-            worker.status = WorkerStatus.GONE
+            self.registry.depart(worker, WorkerStatus.GONE, now)
             self._worker_record(worker, now)
         self._after(now)
 
@@ -725,6 +730,13 @@ class SchedulerCore:
         self._decisions.append(WorkerFailed(worker_id=worker.info.worker_id, reason=reason))
         for aid in list(worker.leases):
             self._abandon(self.activities[aid], reason, now)
+        self.registry.depart(worker, WorkerStatus.FAILED, now)
+
+    def _forget_worker(self, worker: WorkerState, now: float) -> None:
+        """A departed worker's retention ended (the registry dropped it): forget the rest."""
+        worker_id = worker.info.worker_id
+        del self._signatures[worker_id]
+        self._records.append(WorkerRemoved(at=now, worker_id=worker_id))
 
     # ------------------------------------------------------------------- cron
 
@@ -830,6 +842,8 @@ class SchedulerCore:
                     self.waiting.pop(holder.info.worker_id, None)
         for worker in self.registry.pop_dead(now):
             self._lose_worker(worker, "missed_heartbeats", now)
+        for worker in self.registry.pop_purgeable(now):
+            self._forget_worker(worker, now)
         self._after(now)
 
     # --------------------------------------------------------------- dispatch

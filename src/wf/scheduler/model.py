@@ -21,12 +21,19 @@ dormant state.
 from __future__ import annotations
 
 import enum
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
 from wf.errors import IllegalTransition
 from wf.scheduler.timer import DelaySpec
+from wf.wire.bounds import CONCURRENCY_MAX, Count, Fraction, Id, Name, PositiveCount, Seconds
+
+_NAMES_MAX: Final = 256
+"""Most entries in a set or map of names (capabilities, labels, types, tenants)."""
+NameSet = Annotated[frozenset[Name], msgspec.Meta(max_length=_NAMES_MAX)]
+"""A bounded set of names, as registrations and retry policies carry them."""
+_LeaseStatus = Annotated[dict[Id, Name], msgspec.Meta(max_length=CONCURRENCY_MAX)]
 
 
 class Priority(enum.IntEnum):
@@ -102,17 +109,17 @@ class RetryPolicy(
 ):
     """How the core retries an activity's own failures (not infrastructure losses)."""
 
-    max_attempts: int = 3
+    max_attempts: PositiveCount = 3
     """Execution attempts allowed in total, the first included (1 = never retry)."""
-    initial_backoff_s: float = 1.0
+    initial_backoff_s: Seconds = 1.0
     """Delay before the second attempt."""
-    backoff_coefficient: float = 2.0
+    backoff_coefficient: Annotated[float, msgspec.Meta(ge=1.0, le=1000.0)] = 2.0
     """Each later delay is the previous one times this."""
-    max_backoff_s: float = 300.0
+    max_backoff_s: Seconds = 300.0
     """Upper bound of one delay."""
-    jitter_fraction: float = 0.1
+    jitter_fraction: Fraction = 0.1
     """Deterministic jitter: up to this fraction of the delay, derived from id and attempt."""
-    non_retryable_errors: frozenset[str] = frozenset()
+    non_retryable_errors: NameSet = frozenset()
     """Error types that fail the activity at once."""
     restart_on_abandon: bool = False
     """Rerun a non-idempotent activity whose executing worker was lost (explicit opt-in)."""
@@ -201,25 +208,27 @@ class WorkerInfo(
 ):
     """WF-005 §6 registration metadata, as the worker announces it."""
 
-    worker_id: str
+    worker_id: Id
     """Unique worker id."""
-    hostname: str = ""
+    hostname: Name = ""
     """Host the worker runs on (infrastructure failures are per host)."""
-    capabilities: frozenset[str] = frozenset()
+    capabilities: NameSet = frozenset()
     """Advertised capabilities (e.g. ``gpu``)."""
-    max_concurrency: int = 1
+    max_concurrency: Annotated[int, msgspec.Meta(ge=1, le=CONCURRENCY_MAX)] = 1
     """Most leases it holds at once."""
-    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    labels: Annotated[dict[Name, Name], msgspec.Meta(max_length=_NAMES_MAX)] = msgspec.field(
+        default_factory=dict
+    )
     """Free-form labels; ``locality`` drives locality-aware balancing."""
-    version: str = ""
+    version: Name = ""
     """Worker software version."""
-    heartbeat_interval_s: float = 5.0
+    heartbeat_interval_s: Annotated[float, msgspec.Meta(gt=0.0, le=86_400.0)] = 5.0
     """How often it promises to heartbeat."""
-    activity_types: frozenset[str] | None = None
+    activity_types: NameSet | None = None
     """Activity types it runs; ``None`` means any."""
-    tenants: frozenset[str] | None = None
+    tenants: NameSet | None = None
     """Tenants it may serve; ``None`` means any (set from its credential)."""
-    partitions: frozenset[str] | None = None
+    partitions: NameSet | None = None
     """Queue partitions it serves; ``None`` means any."""
 
 
@@ -241,17 +250,17 @@ class HeartbeatStats(
 ):
     """WF-005 §7 heartbeat contents."""
 
-    workload: int = 0
+    workload: Count = 0
     """Activities the worker is executing."""
-    memory_fraction: float = 0.0
+    memory_fraction: Fraction = 0.0
     """Memory in use, 0..1."""
-    cpu_fraction: float = 0.0
+    cpu_fraction: Fraction = 0.0
     """CPU utilisation, 0..1."""
-    queue_depth: int = 0
+    queue_depth: Count = 0
     """Work buffered inside the worker, not yet started."""
-    last_completed_activity: str | None = None
+    last_completed_activity: Id | None = None
     """Id of the last activity it completed."""
-    lease_status: dict[str, str] = msgspec.field(default_factory=dict)
+    lease_status: _LeaseStatus = msgspec.field(default_factory=dict)
     """Activity id -> ``leased`` | ``executing`` as the worker sees its leases."""
 
 
@@ -294,6 +303,8 @@ class WorkerState(msgspec.Struct, kw_only=True):
     """First registration instant."""
     last_seen_at: float = 0.0
     """Last registration renewal or heartbeat."""
+    departed_at: float | None = None
+    """When it failed or left (``failed``/``gone``); ``None`` while live."""
     stats: HeartbeatStats = msgspec.field(default_factory=HeartbeatStats)
     """The latest heartbeat's figures."""
     leases: dict[str, int] = msgspec.field(default_factory=dict)

@@ -173,6 +173,12 @@ class WorkerUpserted(_Record, frozen=True, kw_only=True, tag="worker_upserted"):
     registered_at: float
 
 
+class WorkerRemoved(_Record, frozen=True, kw_only=True, tag="worker_removed"):
+    """A departed worker's retention ended: the core forgot it; the store deletes its row."""
+
+    worker_id: str
+
+
 class CronUpserted(_Record, frozen=True, kw_only=True, tag="cron_upserted"):
     """A recurring trigger was registered, or advanced to its next instant."""
 
@@ -189,7 +195,15 @@ class CronRemoved(_Record, frozen=True, kw_only=True, tag="cron_removed"):
     cron_id: str
 
 
-Record = ActivitySubmitted | Transition | LeaseRenewed | WorkerUpserted | CronUpserted | CronRemoved
+Record = (
+    ActivitySubmitted
+    | Transition
+    | LeaseRenewed
+    | WorkerUpserted
+    | WorkerRemoved
+    | CronUpserted
+    | CronRemoved
+)
 """Everything the store persists."""
 
 

@@ -164,6 +164,8 @@ def restore(snap: CoreSnapshot, *, adopt: bool = False) -> SchedulerCore:
             core.capacity += worker.info.max_concurrency
         if worker.status in (WorkerStatus.ACTIVE, WorkerStatus.DRAINING):
             core.registry.touch(worker, worker.last_seen_at)
+        else:
+            core.registry.arm_purge(worker)
         core.running += len(worker.leases)
         for aid in worker.leases:
             _check_lease(core, worker, aid)

@@ -15,6 +15,15 @@ a tick costs only the entries that fell due.
 Heartbeat figures are soft state: they drive resource-aware balancing but
 are not persisted. After a restart every recovered worker gets a full grace
 period (its deadline counts from the recovery instant) to heartbeat again.
+
+A worker that failed or left (:meth:`WorkerRegistry.depart`) holds nothing
+and is kept only so that operators see it and its late calls are answered
+``WorkerNotActive``. It is forgotten ``retention_s`` after its departure
+(:meth:`WorkerRegistry.pop_purgeable`), so departed workers never pile up;
+one that comes back later registers afresh. Purge deadlines sit in a second
+heap with the same one-entry-per-worker, re-arm-when-stale discipline. The
+departure instant is durable (the store's row of a departed worker was last
+written by its departure), so a restart does not start the retention over.
 """
 
 from __future__ import annotations
@@ -49,14 +58,27 @@ def validate_worker_info(info: WorkerInfo) -> None:
 class WorkerRegistry:
     """Every worker the core knows, with liveness deadlines."""
 
-    __slots__ = ("_armed", "_deadlines", "misses_max", "seq", "workers")
+    __slots__ = (
+        "_armed",
+        "_deadlines",
+        "_purge_armed",
+        "_purges",
+        "misses_max",
+        "retention_s",
+        "seq",
+        "workers",
+    )
 
-    def __init__(self, misses_max: int) -> None:
+    def __init__(self, misses_max: int, retention_s: float = 0.0) -> None:
         self.misses_max = misses_max
+        self.retention_s = retention_s
+        """How long a departed worker is kept; ``0``: for ever."""
         self.workers: dict[str, WorkerState] = {}
         self.seq = 0
         self._deadlines: list[tuple[float, int, str]] = []
         self._armed: set[str] = set()
+        self._purges: list[tuple[float, int, str]] = []
+        self._purge_armed: set[str] = set()
 
     def get(self, worker_id: str) -> WorkerState:
         """The worker, or :class:`NotFound`."""
@@ -80,6 +102,7 @@ class WorkerRegistry:
             if worker.status not in _LIVE:
                 worker.status = WorkerStatus.ACTIVE
                 worker.registered_at = now
+                worker.departed_at = None
         self.touch(worker, now)
         return worker, changed
 
@@ -104,7 +127,7 @@ class WorkerRegistry:
         dead: list[WorkerState] = []
         heap = self._deadlines
         while heap and heap[0][0] <= now:
-            _deadline, seq, worker_id = heapq.heappop(heap)
+            _deadline, _seq, worker_id = heapq.heappop(heap)
             self._armed.discard(worker_id)
             worker = self.workers.get(worker_id)
             if worker is None or worker.status not in _LIVE:
@@ -113,11 +136,55 @@ class WorkerRegistry:
             if current <= now:
                 dead.append(worker)
             else:
-                # Seen since this entry was armed: re-arm at the true deadline.
+                # Seen since this entry was armed: re-arm at the true deadline (with
+                # its current seq: a worker purged and registered again has a new one).
                 self._armed.add(worker_id)
-                heapq.heappush(heap, (current, seq, worker_id))
+                heapq.heappush(heap, (current, worker.seq, worker_id))
         return dead
 
     def next_deadline_at(self) -> float | None:
         """The earliest liveness deadline entry (possibly stale)."""
         return self._deadlines[0][0] if self._deadlines else None
+
+    def depart(self, worker: WorkerState, status: WorkerStatus, now: float) -> None:
+        """The worker failed or left (it holds no lease): start its retention."""
+        assert status not in _LIVE, "a departure ends in failed or gone"
+        assert not worker.leases, "a departed worker holds nothing"
+        worker.status = status
+        worker.departed_at = now
+        self.arm_purge(worker)
+
+    def arm_purge(self, worker: WorkerState) -> None:
+        """Schedule forgetting a departed worker (also for workers restored as departed)."""
+        departed_at = worker.departed_at
+        if departed_at is None or self.retention_s <= 0:
+            return
+        worker_id = worker.info.worker_id
+        if worker_id not in self._purge_armed:
+            self._purge_armed.add(worker_id)
+            heapq.heappush(self._purges, (departed_at + self.retention_s, worker.seq, worker_id))
+
+    def pop_purgeable(self, now: float) -> list[WorkerState]:
+        """Departed workers whose retention ended at ``now``, removed, in (due, seq) order."""
+        purged: list[WorkerState] = []
+        heap = self._purges
+        while heap and heap[0][0] <= now:
+            _due, _seq, worker_id = heapq.heappop(heap)
+            self._purge_armed.discard(worker_id)
+            worker = self.workers.get(worker_id)
+            if worker is None or worker.status in _LIVE or worker.departed_at is None:
+                continue  # Forgotten already, or it came back: nothing to purge.
+            due = worker.departed_at + self.retention_s
+            if due <= now:
+                # A liveness entry it may still have is skipped when it falls due.
+                del self.workers[worker_id]
+                purged.append(worker)
+            else:
+                # It came back and departed again since this entry was armed.
+                self._purge_armed.add(worker_id)
+                heapq.heappush(heap, (due, worker.seq, worker_id))
+        return purged
+
+    def next_purge_at(self) -> float | None:
+        """The earliest purge entry (possibly stale)."""
+        return self._purges[0][0] if self._purges else None

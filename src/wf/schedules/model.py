@@ -238,7 +238,7 @@ def schedule_from_row(row: ScheduleRow) -> Schedule:
     """The schedule a row holds; CorruptRecord if it does not decode or contradicts it."""
     try:
         schedule = _decoder.decode(row.body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise CorruptRecord(
             f"schedule {row.schedule_id!r}: stored body does not decode ({exc})",
             table="schedules",

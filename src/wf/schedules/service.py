@@ -247,17 +247,19 @@ class ScheduleService:
 
     async def _loop(self) -> None:
         while self.state == "running":
+            failed = False
             try:
                 await self.tick()
             except WfError:
+                failed = True  # what it left undone stays due: retried after the interval
                 log.exception("schedule service: a tick failed; retrying after the poll interval")
-            if self._dirty or self._startable():
+            if not failed and (self._dirty or self._startable()):
                 continue
             try:
                 await self.arm(self.clock.now() + ARM_LEAD_S)
             except WfError:
                 log.exception("schedule service: preparing admissions failed")
-            if self._dirty or self._startable():
+            if not failed and (self._dirty or self._startable()):
                 continue
             now = self.clock.now()
             until = now + self.config.poll_interval_s
@@ -292,8 +294,14 @@ class ScheduleService:
                 del self._wake_at[schedule_id]
                 due.add(schedule_id)
         recorded = 0
-        for schedule_id in sorted(due):
-            recorded += await self._admit(schedule_id, now)
+        try:
+            for schedule_id in sorted(due):
+                recorded += await self._admit(schedule_id, now)
+        except BaseException:
+            # Taken off the heap above: keep them due, or a store failure would
+            # silence them for good (a pass over one already admitted finds nothing).
+            self._dirty.update(due)
+            raise
         await self._dispatch()
         return recorded
 
@@ -499,9 +507,15 @@ class ScheduleService:
     async def _dispatch(self) -> None:
         while self._startable():
             run_id = next(iter(self._waiting))
-            self._waiting.pop(run_id)
-            with contextlib.suppress(Conflict, NotFound):
+            schedule_id = self._waiting.pop(run_id)
+            try:
                 await self.engine.begin(run_id)
+            except (Conflict, NotFound):
+                pass
+            except BaseException:
+                if run_id not in self._running:  # not begun: first in line on the next pass
+                    self._waiting = {run_id: schedule_id, **self._waiting}
+                raise
 
     @contextlib.asynccontextmanager
     async def resume_gate(self, run: Run) -> AsyncIterator[None]:

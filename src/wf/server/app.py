@@ -12,12 +12,18 @@ HTTP stack because it is a mature asyncio server *and* client in one
 package: the worker SDK and the admin client use its client side, so both
 ends share connection handling and TLS configuration.
 
-Authentication runs before the body is parsed: a bearer token
+Authentication runs before the body is read: a bearer token
 (``Authorization: Bearer ...``) or the TLS client certificate becomes a
 :class:`~wf.server.rpc.Caller`; a request without a valid credential gets
 HTTP 401 with a JSON-RPC error body. With mutual TLS required, the TLS
 handshake itself refuses clients without a certificate signed by the
 configured client CA.
+
+The HTTP edge (:mod:`wf.server.http_edge`, settings in ``server.http``)
+bounds connections: idle, header and body timeouts, a connection limit, the
+body size; every request it or aiohttp's parser refuses is answered with a
+JSON-RPC error object. No log line carries a credential
+(:mod:`wf.server.redaction`).
 
 ``stop()`` drains: the listener closes first (no new requests), requests in
 flight finish within the grace period, then the node stops (flush, release
@@ -26,6 +32,7 @@ ownership).
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -42,8 +49,10 @@ from wf.schedules.api import ScheduleAPI
 from wf.schedules.service import ScheduleService
 from wf.server.auth import Authenticator
 from wf.server.config import ServerConfig, TlsConfig
+from wf.server.http_edge import HttpEdge, bearer_token, rpc_error
 from wf.server.logs import OutcomeLogger, RpcCallLogger
 from wf.server.metrics import ServerMetrics
+from wf.server.redaction import install_log_redaction
 from wf.server.rpc import Caller, Dispatcher, Registry, authorize
 from wf.server.schedule_rpc import register_schedule_methods
 from wf.server.scheduler_api import NoParams, SchedulerAPI
@@ -51,12 +60,11 @@ from wf.server.tracing import TRACEPARENT_HEADER, install, make_tracing
 from wf.server.workflow_rpc import register_workflow_methods
 from wf.store import make_store
 
-REQUEST_BYTES_MAX = 16 * 1024 * 1024
-"""Largest accepted request body."""
 SHUTDOWN_GRACE_S = 10.0
 """How long in-flight requests may take after a stop was asked for."""
 
 RPC_PATH = "/rpc"
+READY_PATH = "/readyz"
 METRICS_PATH = "/metrics"
 
 
@@ -87,7 +95,13 @@ class WfServer:
             postgres_schema=section.store.postgres_schema,
             durability=section.store.durability,
         )
-        self.node = SchedulerNode(store, config.dispatch, clock=clock)
+        self.node = SchedulerNode(
+            store,
+            config.dispatch,
+            clock=clock,
+            recovery_deadline_s=section.store.recovery_deadline_s,
+            recovery_backoff_max_s=section.store.recovery_backoff_max_s,
+        )
         self.scheduler = SchedulerAPI(self.node)
         self.registry = Registry()
         self.scheduler.register_methods(self.registry)
@@ -127,13 +141,19 @@ class WfServer:
         self.authenticator = Authenticator(
             section.security.credentials, required=section.security.required
         )
-        self.app = web.Application(client_max_size=REQUEST_BYTES_MAX)
+        install_log_redaction()
+        self.edge = HttpEdge(section.http)
+        """Connection limit, timeouts and JSON-RPC error bodies at the HTTP level."""
+        self.app = web.Application(
+            client_max_size=section.http.request_bytes_max, middlewares=[self.edge.middleware]
+        )
         self.app.router.add_post(RPC_PATH, self._rpc)
         self.app.router.add_get("/healthz", self._health)
+        self.app.router.add_get(READY_PATH, self._ready)
         self.app.router.add_get(METRICS_PATH, self._metrics)
         self.after_start: list[Callable[[], Awaitable[None]]] = []
         self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._listener: asyncio.Server | None = None
         self.port: int | None = None
         self.recovery: RecoveryReport | None = None
 
@@ -143,12 +163,20 @@ class WfServer:
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    async def _ready(self, request: web.Request) -> web.Response:
+        """Readiness: 200 while the node accepts writes, 503 naming the reason otherwise
+        (unauthenticated, like ``/healthz``: it names states and error codes, never
+        messages)."""
+        readiness = self.node.readiness()
+        body = {"status": "ready" if readiness.ready else "unavailable"}
+        body.update(msgspec.to_builtins(readiness))
+        return web.json_response(body, status=200 if readiness.ready else 503)
+
     async def _metrics(self, request: web.Request) -> web.Response:
         """Prometheus exposition; needs a read role when authentication is on."""
-        header = request.headers.get("Authorization")
-        token = header[7:].strip() if header and header[:7].lower() == "bearer " else None
         peer = request.transport.get_extra_info("peercert") if request.transport else None
         try:
+            token = bearer_token(request.headers.get("Authorization"))
             caller = self.authenticator.authenticate(token, peer or None)
             authorize(caller, "read", "metrics")
             if caller.tenants is not None:  # cluster-wide figures, like scheduler.queue.stats
@@ -161,22 +189,16 @@ class WfServer:
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def _rpc(self, request: web.Request) -> web.Response:
-        header = request.headers.get("Authorization")
-        token = header[7:].strip() if header and header[:7].lower() == "bearer " else None
         peer = request.transport.get_extra_info("peercert") if request.transport else None
         try:
+            token = bearer_token(request.headers.get("Authorization"))
             caller = self.authenticator.authenticate(token, peer or None)
         except Unauthorized as exc:
-            body = {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {"code": exc.rpc_code, "message": exc.message, "data": exc.to_dict()},
-            }
-            return web.Response(
-                status=401, body=msgspec.json.encode(body), content_type="application/json"
-            )
+            return rpc_error(401, exc)
+        # Size and time bounded; a refusal is a JSON-RPC error (the edge's middleware).
+        body = await self.edge.read_body(request)
         with self.tracing.incoming(request.headers.get(TRACEPARENT_HEADER)):
-            answer = await self.dispatcher.handle(await request.read(), caller)
+            answer = await self.dispatcher.handle(body, caller)
         if answer is None:
             return web.Response(status=204)
         return web.Response(body=answer, content_type="application/json")
@@ -190,16 +212,18 @@ class WfServer:
         section = self.config.server
         self._runner = web.AppRunner(self.app, shutdown_timeout=SHUTDOWN_GRACE_S)
         await self._runner.setup()
+        assert self._runner.server is not None
         tls = section.security.tls
-        self._site = web.TCPSite(
-            self._runner,
+        # The edge listens (not an aiohttp site): its protocol carries the timeouts
+        # and the connection limit that aiohttp's own does not have.
+        self._listener = await self.edge.listen(
+            self._runner.server,
             section.host,
             section.port,
-            ssl_context=ssl_context(tls) if tls is not None else None,
+            ssl_context(tls) if tls is not None else None,
         )
-        await self._site.start()
-        addresses = self._runner.addresses
-        self.port = int(addresses[0][1]) if addresses else section.port
+        sockets = self._listener.sockets
+        self.port = int(sockets[0].getsockname()[1]) if sockets else section.port
         for hook in self.after_start:
             await hook()
 
@@ -212,6 +236,10 @@ class WfServer:
             # Open long polls answer at once (with whatever they hold) instead of
             # holding the drain for their full wait.
             self.scheduler.release_polls()
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+            self.edge.close()
             await self._runner.cleanup()
             self._runner = None
         await self.engine.stop()

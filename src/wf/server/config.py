@@ -9,11 +9,14 @@ Layout::
                       "max_concurrent_runs": 4, "drain_grace_s": 30.0,
                       "misfire_lateness_s": 60.0},
         "store": {"root": ".wf_store", "postgres_dsn": null, "postgres_schema": "wf",
-                  "durability": "fsync"},
+                  "durability": "fsync", "recovery_deadline_s": 300.0,
+                  "recovery_backoff_max_s": 10.0},
         "security": {"required": false, "credentials": [...],
                      "tls": {"certificate": "...", "private_key": "...",
                              "client_ca": "...", "require_client_certificate": true}},
-        "observability": {"log_format": "json", "log_level": "info", "tracing": false}
+        "observability": {"log_format": "json", "log_level": "info", "tracing": false},
+        "http": {"idle_timeout_s": 60.0, "header_timeout_s": 10.0, "body_timeout_s": 60.0,
+                 "connections_max": 4096, "request_bytes_max": 16777216}
       },
       "dispatch": { ...SchedulerConfig: policies, balancer, partition_by, limits,
                     backpressure, stealing, lease_ttl_s, heartbeat_misses_max... }
@@ -26,7 +29,7 @@ JSON path of the offending key (``$.server.securty``) rather than ignored.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -47,6 +50,11 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """PostgreSQL schema."""
     durability: Literal["fsync", "process"] = "fsync"
     """SQLite: fsync every commit, or survive process death only."""
+    recovery_deadline_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    """After a failed commit, how long the server may take to reload and write again
+    before it exits (code 3) for a supervisor to restart it."""
+    recovery_backoff_max_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    """Longest pause between two reload attempts (from 0.1 s, doubling)."""
 
 
 class TlsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -93,6 +101,26 @@ class ObservabilityConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     """OpenTelemetry spans (needs the ``otel`` extra; a no-op without it)."""
 
 
+class HttpConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The HTTP edge: how long a connection may sit, how many, how large a request
+    (``docs/server.md``, "HTTP limits and timeouts")."""
+
+    idle_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0
+    """An open connection with no request in progress (before the first one, between
+    two) is closed after this long. A request being answered (a long poll) is not idle."""
+    header_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 10.0
+    """From the first byte of a request to the end of its header (and the whole TLS
+    handshake) at most this long, or the connection is closed."""
+    body_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0
+    """Reading one request's body takes at most this long, or it is answered 408 and
+    the connection is closed."""
+    connections_max: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 4096
+    """Most connections open at once; one more is answered 503 and closed. Lowered at
+    start to fit the process's open-file limit (see ``wf.server.http_edge``)."""
+    request_bytes_max: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 16 * 1024 * 1024
+    """Largest request body; a larger one is answered 413."""
+
+
 class ServerSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The ``server`` section."""
 
@@ -102,6 +130,7 @@ class ServerSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
     observability: ObservabilityConfig = msgspec.field(default_factory=ObservabilityConfig)
+    http: HttpConfig = msgspec.field(default_factory=HttpConfig)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

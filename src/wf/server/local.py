@@ -27,7 +27,7 @@ from typing import Any, Literal
 from wf.activities import BUILTIN_ACTIVITIES
 from wf.clock import Clock
 from wf.errors import Conflict
-from wf.runtime.api import WorkflowAPI
+from wf.runtime.api import ArtifactPage, DeploymentPage, WorkflowAPI
 from wf.runtime.artifacts import Artifact
 from wf.runtime.deployments import Deployment
 from wf.runtime.plan import Plan
@@ -74,9 +74,13 @@ class LocalApi:
         """:meth:`WorkflowAPI.get_artifact` as the local administrator."""
         return await self.workflow.get_artifact(artifact_id, version, caller=ANONYMOUS_ADMIN)
 
-    async def list_artifacts(self, artifact_id: str | None = None) -> list[Artifact]:
+    async def list_artifacts(
+        self, artifact_id: str | None = None, *, limit: int = 50, cursor: str | None = None
+    ) -> ArtifactPage:
         """:meth:`WorkflowAPI.list_artifacts` as the local administrator."""
-        return await self.workflow.list_artifacts(artifact_id, caller=ANONYMOUS_ADMIN)
+        return await self.workflow.list_artifacts(
+            artifact_id, caller=ANONYMOUS_ADMIN, limit=limit, cursor=cursor
+        )
 
     async def save_deployment(
         self, body: dict[str, Any], expected_revision: int | None = None
@@ -88,9 +92,13 @@ class LocalApi:
         """:meth:`WorkflowAPI.get_deployment` as the local administrator."""
         return await self.workflow.get_deployment(deployment_id, caller=ANONYMOUS_ADMIN)
 
-    async def list_deployments(self) -> list[Deployment]:
+    async def list_deployments(
+        self, *, limit: int = 50, cursor: str | None = None
+    ) -> DeploymentPage:
         """:meth:`WorkflowAPI.list_deployments` as the local administrator."""
-        return await self.workflow.list_deployments(caller=ANONYMOUS_ADMIN)
+        return await self.workflow.list_deployments(
+            caller=ANONYMOUS_ADMIN, limit=limit, cursor=cursor
+        )
 
     async def start_run(
         self, deployment_id: str, inputs: dict[str, Any] | None = None
@@ -151,10 +159,12 @@ class LocalSchedules:
         """:meth:`ScheduleAPI.get_schedule`."""
         return await self.api.get_schedule(schedule_id, caller=ANONYMOUS_ADMIN)
 
-    async def list_schedules(self, *, include_deleted: bool = False) -> list[dict[str, Any]]:
+    async def list_schedules(
+        self, *, include_deleted: bool = False, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
         """:meth:`ScheduleAPI.list_schedules`."""
         return await self.api.list_schedules(
-            caller=ANONYMOUS_ADMIN, include_deleted=include_deleted
+            caller=ANONYMOUS_ADMIN, include_deleted=include_deleted, limit=limit, cursor=cursor
         )
 
     async def update_schedule(

@@ -55,6 +55,7 @@ from wf.scheduler.outputs import (
     WorkerUpserted,
 )
 from wf.server.config import ObservabilityConfig
+from wf.server.redaction import RedactCredentials
 from wf.server.rpc import Caller
 
 LIFECYCLE_LOGGER: Final = "wf.lifecycle"
@@ -101,6 +102,8 @@ class JsonFormatter(logging.Formatter):
         line.update(_extras(record))
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:  # formatted (and scrubbed) by wf.server.redaction
+            line["exception"] = record.exc_text
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
         return self._encoder.encode(line).decode()
@@ -119,6 +122,8 @@ class TextFormatter(logging.Formatter):
             line = f"{line} {fields}"
         if record.exc_info:
             line = f"{line}\n{self.formatException(record.exc_info)}"
+        elif record.exc_text:  # formatted (and scrubbed) by wf.server.redaction
+            line = f"{line}\n{record.exc_text}"
         return line
 
 
@@ -132,6 +137,7 @@ def configure_logging(
             root.removeHandler(handler)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     setattr(handler, _HANDLER_MARK, True)
+    handler.addFilter(RedactCredentials())  # no credential in any line, whoever logs it
     handler.setFormatter(JsonFormatter() if config.log_format == "json" else TextFormatter())
     level = _LEVELS[config.log_level]
     root.addHandler(handler)

@@ -18,7 +18,16 @@ admitted and finished run; it implies ``--enable-scheduler`` and, unless
 given, ``--workers 2``.
 
 Standard output carries one JSON object per event (``listening``, ``sample``,
-``stopped``); logs go to standard error.
+``stopped``); logs go to standard error. At start the soft open-file limit is
+raised to the hard one where allowed (logged as ``process.open_files``), so
+that ``server.http.connections_max`` connections fit (:mod:`wf.server.http_edge`).
+
+Exit codes: 0 stopped cleanly; 1 could not start; 2 usage or configuration
+error; :data:`EXIT_WRITES_STOPPED` (3) the store stopped taking writes and
+the server did not write again, either for ``server.store.recovery_deadline_s``
+(it exits by itself) or before it was told to stop: a supervisor should
+start it afresh (nothing acknowledged was lost; what was refused was never
+acknowledged).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from wf.activities import BUILTIN_ACTIVITIES
 from wf.errors import InvalidArgument, WfError
 from wf.server.auth import hash_token
 from wf.server.config import ServerConfig, ServerSection, load_config
+from wf.server.http_edge import raise_open_files_limit
 from wf.server.local import LocalStaticServer
 from wf.server.logs import configure_logging
 from wf.server.sample import RunProgressLogger, SampleReport, install_sample
@@ -49,6 +59,8 @@ WORKER_CONCURRENCY = 4
 """Activities each in-process worker runs at once."""
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "0.0.0.0"})
 """Listen addresses the in-process workers reach at ``127.0.0.1``."""
+EXIT_WRITES_STOPPED = 3
+"""Exit code when the server stops while its writes are stopped (see the module doc)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,8 +142,9 @@ def worker_count(config: ServerConfig, args: argparse.Namespace) -> int:
     return workers
 
 
-async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False) -> None:
-    """Run until SIGTERM/SIGINT, then drain."""
+async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False) -> int:
+    """Run until SIGTERM/SIGINT (or until the node gives up on its store), then drain;
+    returns the exit code."""
     local = LocalStaticServer(
         config, BUILTIN_ACTIVITIES, workers=workers, max_concurrency=WORKER_CONCURRENCY
     )
@@ -166,14 +179,24 @@ async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False)
             installed = await install_sample(server)
             print(json.dumps({"event": "sample", **installed.to_dict()}), flush=True)
             print(sample_hint(installed, server.port, workers), file=sys.stderr, flush=True)
-        await stop.wait()
+        gave_up = asyncio.ensure_future(server.node.unrecoverable.wait())
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({gave_up, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gave_up.cancel()
+            stopping.cancel()
     finally:
+        # Writes stopped and not resumed: state since the last commit was refused, so
+        # the exit says so (the drain below cannot change that).
+        writes_stopped = server.node.writes_stopped
         # Scheduled runs drain first, while the in-process workers can still finish
         # them; then the workers drain, then the server.
         if server.schedule_service is not None:
             await server.schedule_service.stop()
         await local.stop()
-        print(json.dumps({"event": "stopped"}), flush=True)
+        print(json.dumps({"event": "stopped", "writes_stopped": writes_stopped}), flush=True)
+    return EXIT_WRITES_STOPPED if writes_stopped else 0
 
 
 def sample_hint(report: SampleReport, port: int | None, workers: int) -> str:
@@ -218,13 +241,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wf-rpc-server: error: {exc.message}", file=sys.stderr)
         return 2
     configure_logging(config.server.observability)
+    # Room for server.http.connections_max: accept() failing for want of descriptors
+    # would refuse every client, not only the excess (wf.server.http_edge).
+    raise_open_files_limit()
+    code = 0
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            run(serve(config, workers=workers, sample=args.sample))
+            code = run(serve(config, workers=workers, sample=args.sample))
     except WfError as exc:
         print(f"wf-rpc-server: error: {exc.message}", file=sys.stderr)
         return 1
-    return 0
+    if code == EXIT_WRITES_STOPPED:
+        print(
+            "wf-rpc-server: error: stopped while the store refused writes (see the "
+            "node.writes_stopped log line); start it again once the store is healthy",
+            file=sys.stderr,
+        )
+    return code
 
 
 if __name__ == "__main__":

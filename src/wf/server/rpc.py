@@ -34,6 +34,7 @@ from typing import Any, Final, Generic, Literal, TypeVar
 import msgspec
 
 from wf.errors import Forbidden, InvalidArgument, WfError
+from wf.wire.bounds import invalid_params
 
 log = logging.getLogger("wf.rpc")
 
@@ -180,9 +181,9 @@ class Dispatcher:
         """The HTTP body of the response, or ``None`` when there is none to send."""
         try:
             payload = _decoder.decode(body)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
             return _encoder.encode(
-                _response(None, error=_error(PARSE_ERROR, f"Parse error: {exc}"))
+                _response(None, error=_error(PARSE_ERROR, f"Parse error: {_parse_problem(exc)}"))
             )
         if isinstance(payload, list):
             if not payload:
@@ -250,7 +251,9 @@ class Dispatcher:
             authorize(caller, method.access, name)
             params = msgspec.convert(raw_params, method.params, strict=True)
         except msgspec.ValidationError as exc:
-            return _Failure(_error(INVALID_PARAMS, f"Invalid params: {exc}"))
+            return _Failure(_invalid_params(str(exc)))
+        except RecursionError:
+            return _Failure(_invalid_params("nested too deeply"))
         except WfError as exc:
             return _Failure(_error(exc.rpc_code, exc.message, exc.to_dict()))
         try:
@@ -260,6 +263,21 @@ class Dispatcher:
         except Exception:
             log.exception("internal error in %s", name, extra={"action": "rpc.internal_error"})
             return _Failure(_error(INTERNAL_ERROR, "Internal error"))
+
+
+def _parse_problem(exc: Exception) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "the body is not valid UTF-8"
+    if isinstance(exc, RecursionError):
+        return "the body is nested too deeply"
+    return str(exc)
+
+
+def _invalid_params(problem: str) -> dict[str, Any]:
+    """A ``-32602`` error that also carries the ``invalid_argument`` classification and
+    the offending field's path, so a bound violation reads like any other bad input."""
+    error = invalid_params(problem)
+    return _error(INVALID_PARAMS, error.message, error.to_dict())
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,10 +158,16 @@ async def install_sample(server: WfServer, *, delay_s: float = ONESHOT_DELAY_S) 
         )
         created.append(f"deployment {DEPLOYMENT_ID}")
 
-    used = {
-        s["schedule_id"]
-        for s in await schedules.list_schedules(caller=ANONYMOUS_ADMIN, include_deleted=True)
-    }
+    used: set[str] = set()
+    cursor: str | None = None
+    while True:  # every page: the listing is paged
+        page = await schedules.list_schedules(
+            caller=ANONYMOUS_ADMIN, include_deleted=True, limit=100, cursor=cursor
+        )
+        used.update(s["schedule_id"] for s in page["schedules"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
     cron_id = CRON_SCHEDULE_ID
     if cron_id not in used:
         await schedules.create_schedule(

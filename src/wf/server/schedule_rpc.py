@@ -19,6 +19,8 @@ import msgspec
 from wf.errors import Conflict
 from wf.schedules.api import ScheduleAPI
 from wf.server.rpc import Caller, Registry
+from wf.wire.bounds import I64, Cursor, Id, Name, Text, check_json_value
+from wf.wire.paging import PAGE_LIMIT_DEFAULT, Limit
 
 
 class _Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -28,31 +30,36 @@ class _Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 class CreateScheduleParams(_Params, frozen=True, kw_only=True):
     """``workflow.schedules.create``."""
 
-    schedule_id: str
+    schedule_id: Id
     """Caller-chosen id (never reused)."""
-    deployment_id: str
+    deployment_id: Id
     """The deployment its occurrences run."""
     trigger: dict[str, Any]
     """``{"kind": "oneshot", "at": ...}`` or
     ``{"kind": "cron", "expression": ..., "timezone": ...}``."""
     inputs: dict[str, Any] | None = None
     """Run inputs overlaid on the deployment's defaults."""
-    overlap: str = "skip"
+    overlap: Name = "skip"
     """``skip`` or ``parallel``."""
-    max_active_runs: int | None = None
+    max_active_runs: I64 | None = None
     """Required with ``parallel``."""
-    misfire: str = "skip"
+    misfire: Name = "skip"
     """``skip`` or ``latest``."""
-    max_steps: int | None = None
+    max_steps: I64 | None = None
     """Budget of node starts per run."""
-    note: str | None = None
+    note: Text | None = None
     """Free text."""
+
+    def __post_init__(self) -> None:
+        """Bound the free-form trigger and inputs (depth, size, strings, integers)."""
+        check_json_value(self.trigger, "trigger")
+        check_json_value(self.inputs, "inputs")
 
 
 class ScheduleIdParams(_Params, frozen=True, kw_only=True):
     """``workflow.schedules.get|resume|delete|trigger``."""
 
-    schedule_id: str
+    schedule_id: Id
     """The schedule."""
 
 
@@ -61,59 +68,68 @@ class ListSchedulesParams(_Params, frozen=True, kw_only=True):
 
     include_deleted: bool = False
     """Also list deleted schedules."""
+    limit: Limit = PAGE_LIMIT_DEFAULT
+    """Page size, 1-100."""
+    cursor: Cursor | None = None
+    """``next_cursor`` of the previous page."""
 
 
 class UpdateScheduleParams(_Params, frozen=True, kw_only=True):
     """``workflow.schedules.update``: only the given fields change (``null``: unchanged)."""
 
-    schedule_id: str
+    schedule_id: Id
     """The schedule."""
-    expected_revision: int
+    expected_revision: I64
     """The revision the edit is based on (required)."""
-    deployment_id: str | None = None
+    deployment_id: Id | None = None
     """New deployment."""
     trigger: dict[str, Any] | None = None
     """New trigger."""
     inputs: dict[str, Any] | None = None
     """New inputs."""
-    overlap: str | None = None
+    overlap: Name | None = None
     """New overlap policy."""
-    max_active_runs: int | None = None
+    max_active_runs: I64 | None = None
     """New limit."""
-    misfire: str | None = None
+    misfire: Name | None = None
     """New misfire policy."""
-    max_steps: int | None = None
+    max_steps: I64 | None = None
     """New budget (cannot be cleared once set)."""
-    note: str | None = None
+    note: Text | None = None
     """New note."""
+
+    def __post_init__(self) -> None:
+        """Bound the free-form trigger and inputs (depth, size, strings, integers)."""
+        check_json_value(self.trigger, "trigger")
+        check_json_value(self.inputs, "inputs")
 
 
 class PauseScheduleParams(_Params, frozen=True, kw_only=True):
     """``workflow.schedules.pause``."""
 
-    schedule_id: str
+    schedule_id: Id
     """The schedule."""
-    reason: str | None = None
+    reason: Text | None = None
     """Why (shown by get and list)."""
 
 
 class OccurrencesParams(_Params, frozen=True, kw_only=True):
     """``workflow.schedules.occurrences.list``."""
 
-    schedule_id: str
+    schedule_id: Id
     """The schedule."""
-    limit: int = 50
+    limit: Limit = PAGE_LIMIT_DEFAULT
     """Page size, 1-100."""
-    cursor: str | None = None
+    cursor: Cursor | None = None
     """``next_cursor`` of the previous page."""
 
 
 class PreviewParams(_Params, frozen=True, kw_only=True):
     """``workflow.schedules.preview``."""
 
-    schedule_id: str
+    schedule_id: Id
     """The schedule."""
-    count: int = 5
+    count: I64 = 5
     """How many instants, 1-100."""
 
 
@@ -146,8 +162,10 @@ def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry
     async def get(p: ScheduleIdParams, c: Caller) -> dict[str, Any]:
         return await api().get_schedule(p.schedule_id, caller=c)
 
-    async def list_(p: ListSchedulesParams, c: Caller) -> list[dict[str, Any]]:
-        return await api().list_schedules(caller=c, include_deleted=p.include_deleted)
+    async def list_(p: ListSchedulesParams, c: Caller) -> dict[str, Any]:
+        return await api().list_schedules(
+            caller=c, include_deleted=p.include_deleted, limit=p.limit, cursor=p.cursor
+        )
 
     async def update(p: UpdateScheduleParams, c: Caller) -> dict[str, Any]:
         return await api().update_schedule(
@@ -190,7 +208,7 @@ def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry
     add("workflow.schedules.get", ScheduleIdParams, get, access="read",
         summary="A schedule's definition, state and counters.")  # fmt: skip
     add("workflow.schedules.list", ListSchedulesParams, list_, access="read",
-        summary="Schedules by id (deleted only when asked).")  # fmt: skip
+        summary="A page of schedules by id (deleted only when asked).")  # fmt: skip
     add("workflow.schedules.update", UpdateScheduleParams, update, access="operate",
         summary="Change the given fields at expected_revision.")  # fmt: skip
     add("workflow.schedules.pause", PauseScheduleParams, pause, access="operate",

@@ -44,15 +44,31 @@ credentials and tenant-scoped admins.
   ``FINISHED_MEMORY_MAX`` ones this process saw finish; older ones, and
   those finished before a restart, answer ``NotFound`` to tenant-scoped
   callers (fail closed) and stay readable by unscoped callers.
+
+Races. A call's command is decided at once but answered only after its
+commit, and other calls are decided meanwhile (a completion, a cancel, a
+tick that expires the lease or declares the worker lost). So nothing a call
+answers is read back from the core after its commit: it comes from the
+call's own outcome, and every refusal is the core's typed error
+(``StaleLease``, ``LeaseExpired``, ``NotFound``, ``WorkerNotActive``...),
+never an internal one.
+
+Memory. Per-worker state here (mailbox, revocations, the poll's wake-up
+event) exists only for workers the core knows: a call naming an unknown id
+is refused by the core before anything is kept, and everything kept for a
+worker is dropped when the core forgets it (``WorkerRemoved``, after
+``departed_worker_retention_s``). So these structures are bounded by the
+registered workers, whatever ids callers send.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import OrderedDict, defaultdict
+import heapq
+from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -72,18 +88,48 @@ from wf.scheduler.outputs import (
     ActivitySubmitted,
     Decision,
     LeaseGranted,
+    LeaseRenewed,
     LeaseRevoked,
     Outcome,
     Transition,
+    WorkerRemoved,
 )
 from wf.server.rpc import Caller, Registry
+from wf.tenancy import require_namespace
+from wf.wire.bounds import (
+    Count,
+    Cursor,
+    Id,
+    Name,
+    NonNegI64,
+    Payload,
+    PositiveCount,
+    Text,
+    check_json_bytes,
+    check_name,
+    check_text,
+    invalid_params,
+)
+from wf.wire.paging import (
+    PAGE_LIMIT_DEFAULT,
+    Limit,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+)
+from wf.wire.scheduler import WireActivity, as_core
 
 POLL_WAIT_MAX_S: Final = 60.0
 """Longest a long poll may wait."""
 MAILBOX_MAX: Final = 10_000
 """Most undelivered grants kept for one worker."""
+SUBMIT_BATCH_MAX: Final = 10_000
+"""Most activities one ``scheduler.activities.submit`` call may carry."""
 OWNER_LABEL: Final = "wf.credential"
 """Worker label naming the credential that registered it (set by the server only)."""
+_HISTORY: Final = "history"
+_WORKERS: Final = "workers"
+"""Cursor kinds of ``scheduler.activities.history`` and ``scheduler.workers.list``."""
 
 
 # ------------------------------------------------------------------- params
@@ -98,39 +144,40 @@ class RegisterWorkerParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unk
 class HeartbeatParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``scheduler.workers.heartbeat``."""
 
-    worker_id: str
+    worker_id: Id
     stats: HeartbeatStats = msgspec.field(default_factory=HeartbeatStats)
 
 
 class PollParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``scheduler.workers.poll``."""
 
-    worker_id: str
-    max_items: int = 1
+    worker_id: Id
+    max_items: PositiveCount = 1
     wait_s: float = 20.0
-    start: int = 0
+    start: Count = 0
     """How many of the leases the worker begins on receipt (see ``Poll.start``)."""
 
 
 class WorkerIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Methods that name one worker."""
 
-    worker_id: str
+    worker_id: Id
 
 
 class FencedParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``scheduler.leases.start`` and ``scheduler.leases.renew``."""
 
-    activity_id: str
-    token: int
+    activity_id: Id
+    token: NonNegI64
 
 
 class CompleteParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``scheduler.leases.complete``."""
 
-    activity_id: str
-    token: int
-    result: bytes = b""
+    activity_id: Id
+    token: NonNegI64
+    result: Payload = b""
+    """The result: empty, or one UTF-8 JSON document (see :mod:`wf.wire.bounds`)."""
     unreported_start: bool = False
     """The worker began without reporting the start (only for a grant with
     ``may_restart``): the start is recorded with the result, in one commit."""
@@ -139,10 +186,10 @@ class CompleteParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 class FailParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``scheduler.leases.fail``."""
 
-    activity_id: str
-    token: int
-    error_type: str = "Error"
-    message: str = ""
+    activity_id: Id
+    token: NonNegI64
+    error_type: Name = "Error"
+    message: Text = ""
     retryable: bool = True
     unreported_start: bool = False
     """As for ``scheduler.leases.complete``."""
@@ -151,24 +198,52 @@ class FailParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 class SubmitParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``scheduler.activities.submit``."""
 
-    activities: list[Activity]
+    activities: Annotated[list[WireActivity], msgspec.Meta(max_length=SUBMIT_BATCH_MAX)]
 
 
 class ActivityIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Methods that name one activity."""
 
-    activity_id: str
+    activity_id: Id
 
 
 class CancelParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``scheduler.activities.cancel``."""
 
-    activity_id: str
-    reason: str = "cancelled"
+    activity_id: Id
+    reason: Text = "cancelled"
 
 
 class NoParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Methods without parameters."""
+
+
+class HistoryParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.activities.history``."""
+
+    activity_id: Id
+    """The activity."""
+    limit: Limit = PAGE_LIMIT_DEFAULT
+    """Page size, 1-100."""
+    cursor: Cursor | None = None
+    """``next_cursor`` of the previous page."""
+
+
+class ListWorkersParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.workers.list``."""
+
+    limit: Limit = PAGE_LIMIT_DEFAULT
+    """Page size, 1-100."""
+    cursor: Cursor | None = None
+    """``next_cursor`` of the previous page."""
+
+
+def _check_bounds(activities: list[Activity]) -> None:
+    """Refuse activities outside :mod:`wf.wire.bounds` exactly as the wire would."""
+    try:
+        msgspec.convert({"activities": msgspec.to_builtins(activities)}, SubmitParams, strict=False)
+    except msgspec.ValidationError as exc:
+        raise invalid_params(str(exc)) from None
 
 
 # ------------------------------------------------------------------ results
@@ -211,6 +286,24 @@ class WorkerView(msgspec.Struct, frozen=True, kw_only=True):
     stats: HeartbeatStats
 
 
+class WorkerPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of ``list_workers``."""
+
+    workers: list[WorkerView]
+    """Workers in registration order."""
+    next_cursor: str | None
+    """Pass back to get the next page; ``None`` on the last one."""
+
+
+class TransitionPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of ``activity_history``."""
+
+    transitions: list[Transition]
+    """Transitions, oldest first."""
+    next_cursor: str | None
+    """Pass back to get the next page; ``None`` on the last one."""
+
+
 class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
     """Queue and capacity figures."""
 
@@ -228,9 +321,15 @@ class SchedulerAPI:
 
     def __init__(self, node: SchedulerNode) -> None:
         self.node = node
-        self._mailbox: dict[str, list[LeaseGranted]] = defaultdict(list)
-        self._revoked: dict[str, list[LeaseRevoked]] = defaultdict(list)
-        self._arrived: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        # Per-worker state, only ever for workers the core knows (never for an id a
+        # caller merely names) and dropped when the core forgets the worker, so it is
+        # bounded by the registered workers (see "Memory" in the module docstring).
+        self._mailbox: dict[str, list[LeaseGranted]] = {}
+        """Granted, not yet collected leases, by worker (no empty lists kept)."""
+        self._revoked: dict[str, list[LeaseRevoked]] = {}
+        """Revocations not yet delivered, by worker."""
+        self._arrived: dict[str, asyncio.Event] = {}
+        """Set when something is filed for a worker; created by its first poll."""
         self._tenants: dict[str, str] | None = None
         """Tenant of every unfinished activity (seeded from the core on the first outcome)."""
         self._finished_tenants: OrderedDict[str, str] = OrderedDict()
@@ -245,17 +344,41 @@ class SchedulerAPI:
     def _route(self, outcome: Outcome) -> None:
         self._track_tenants(outcome)
         decisions: list[Decision] = outcome.decisions
+        known = self.node.core.registry.workers
         for d in decisions:
             if type(d) is LeaseGranted:
                 worker_id = d.lease.worker_id
-                box = self._mailbox[worker_id]
+                if worker_id not in known:
+                    continue  # Forgotten since (outcomes may be routed late): drop it.
+                box = self._mailbox.setdefault(worker_id, [])
                 if len(box) < MAILBOX_MAX:
                     box.append(d)
-                self._arrived[worker_id].set()
+                self._wake(worker_id)
             elif type(d) is LeaseRevoked:
-                self._revoked[d.worker_id].append(d)
+                worker_id = d.worker_id
                 self._drop_from_mailbox(d)
-                self._arrived[d.worker_id].set()
+                if worker_id not in known:
+                    continue
+                revoked = self._revoked.setdefault(worker_id, [])
+                if len(revoked) < MAILBOX_MAX:
+                    revoked.append(d)
+                self._wake(worker_id)
+        for r in outcome.records:
+            if type(r) is WorkerRemoved:
+                self._forget(r.worker_id)
+
+    def _wake(self, worker_id: str) -> None:
+        """Wake the worker's waiting poll, if it has one."""
+        event = self._arrived.get(worker_id)
+        if event is not None:
+            event.set()
+
+    def _forget(self, worker_id: str) -> None:
+        """The core forgot a departed worker: so does the API."""
+        self._wake(worker_id)
+        self._mailbox.pop(worker_id, None)
+        self._revoked.pop(worker_id, None)
+        self._arrived.pop(worker_id, None)
 
     def _track_tenants(self, outcome: Outcome) -> None:
         tenants = self._tenants
@@ -284,11 +407,13 @@ class SchedulerAPI:
         box = self._mailbox.get(revoked.worker_id)
         if box:
             box[:] = [g for g in box if g.lease.token != revoked.token]
+            if not box:
+                del self._mailbox[revoked.worker_id]
 
     def _take(self, worker_id: str, limit: int) -> PollResult:
-        box = self._mailbox.get(worker_id, [])
+        box = self._mailbox.pop(worker_id, [])
         leases, rest = box[:limit], box[limit:]
-        if worker_id in self._mailbox:
+        if rest:
             self._mailbox[worker_id] = rest
         revoked = self._revoked.pop(worker_id, [])
         context = self.trace_context
@@ -360,6 +485,15 @@ class SchedulerAPI:
         outside = sorted({a.tenant for a in activities} - caller.tenants)
         if outside:
             raise Forbidden(f"the credential does not grant tenants {outside}", tenants=outside)
+        for a in activities:
+            # Before any lookup: the answer never depends on other tenants' ids.
+            require_namespace(
+                a.activity_id, a.tenant, caller.tenants, kind="activity", field="activity_id"
+            )
+            if a.ordering_key is not None:
+                require_namespace(
+                    a.ordering_key, a.tenant, caller.tenants, kind="ordering", field="ordering_key"
+                )
 
     def _tenant_of(self, activity_id: str) -> str | None:
         a = self.node.core.activities.get(activity_id)
@@ -406,12 +540,25 @@ class SchedulerAPI:
             raise InvalidArgument(f"wait_s must be 0..{POLL_WAIT_MAX_S}", field="wait_s")
         if self._mailbox.get(worker_id) or self._revoked.get(worker_id):
             return self._take(worker_id, max_items)
-        arrived = self._arrived[worker_id]
-        arrived.clear()
+        arrived = self._arrived.get(worker_id)
+        if arrived is not None:
+            arrived.clear()
+        # An unknown or departed worker is refused here, before anything is kept for it.
         await self.node.execute(
             lambda now: cmd.Poll(now=now, worker_id=worker_id, max_items=max_items, start=start)
         )
-        if not self._mailbox.get(worker_id) and wait_s > 0 and not self._draining:
+        if arrived is None:
+            if worker_id not in self.node.core.registry.workers:
+                return self._take(worker_id, max_items)  # Forgotten during the commit.
+            # What was filed during the commit is in the mailbox or the revocations,
+            # which the test below looks at; the event is for what comes later.
+            arrived = self._arrived.setdefault(worker_id, asyncio.Event())
+        if (
+            not self._mailbox.get(worker_id)
+            and not self._revoked.get(worker_id)
+            and wait_s > 0
+            and not self._draining
+        ):
             # asyncio.timeout, not wait_for: no extra task per poll, and a grant
             # wakes the poll in one step instead of three.
             with contextlib.suppress(TimeoutError):
@@ -432,7 +579,7 @@ class SchedulerAPI:
             lambda now: cmd.ShutdownWorker(now=now, worker_id=worker_id)
         )
         self._mailbox.pop(worker_id, None)
-        self._arrived[worker_id].set()
+        self._wake(worker_id)
         return sum(1 for d in outcome.decisions if type(d) is LeaseRevoked)
 
     async def start_activity(self, activity_id: str, token: int, caller: Caller) -> None:
@@ -445,10 +592,14 @@ class SchedulerAPI:
     async def renew_lease(self, activity_id: str, token: int, caller: Caller) -> float:
         """Extend a lease; returns its new expiry."""
         self._check_lease(caller, activity_id)
-        await self.node.execute(
+        outcome = await self.node.execute(
             lambda now: cmd.RenewLease(now=now, activity_id=activity_id, token=token)
         )
-        return self.node.core.activities[activity_id].lease_expires_at
+        # From the outcome, never from the core: by the time the commit is done a
+        # concurrent completion, cancel or expiry may have removed the activity or
+        # leased it again, and this renewal was still accepted before that.
+        (renewed,) = [r for r in outcome.records if type(r) is LeaseRenewed]
+        return renewed.expires_at
 
     async def complete_activity(
         self,
@@ -459,7 +610,12 @@ class SchedulerAPI:
         *,
         unreported_start: bool = False,
     ) -> None:
-        """Record the result (fenced by ``token``); ``unreported_start``: the start too."""
+        """Record the result (fenced by ``token``); ``unreported_start``: the start too.
+
+        The result must be empty or one UTF-8 JSON document within
+        :mod:`wf.wire.bounds` (the run engine decodes it): checked here, for wire
+        and in-process callers alike, before anything is stored."""
+        check_json_bytes(result, "result")
         self._check_lease(caller, activity_id)
         await self.node.execute(
             lambda now: cmd.Complete(
@@ -483,6 +639,8 @@ class SchedulerAPI:
         unreported_start: bool = False,
     ) -> None:
         """Record a failed attempt (fenced by ``token``); ``unreported_start``: the start too."""
+        check_name(error_type, "error_type")
+        check_text(message, "message")
         self._check_lease(caller, activity_id)
         await self.node.execute(
             lambda now: cmd.Fail(
@@ -500,6 +658,11 @@ class SchedulerAPI:
 
     async def submit_activities(self, activities: list[Activity], caller: Caller) -> list[str]:
         """Submit activities; returns their ids once durable."""
+        _check_bounds(activities)  # the bounds the wire enforces, for in-process callers too
+        return await self._submit(activities, caller)
+
+    async def _submit(self, activities: list[Activity], caller: Caller) -> list[str]:
+        """:meth:`submit_activities` for activities already within :mod:`wf.wire.bounds`."""
         self._check_tenants(caller, activities)
         if not activities:
             raise InvalidArgument("submit needs at least one activity", field="activities")
@@ -537,6 +700,7 @@ class SchedulerAPI:
 
     async def cancel_activity(self, activity_id: str, reason: str, caller: Caller) -> None:
         """Cancel an unfinished activity."""
+        check_text(reason, "reason")
         self._check_visible(caller, activity_id)
         await self.node.execute(
             lambda now: cmd.Cancel(now=now, activity_id=activity_id, reason=reason)
@@ -555,23 +719,54 @@ class SchedulerAPI:
             raise NotFound(f"unknown activity {activity_id!r}", activity_id=activity_id)
         return ActivityView(activity=None, finished_state=state)
 
-    async def activity_history(self, activity_id: str, caller: Caller) -> list[Transition]:
-        """Every transition of an activity, oldest first."""
+    async def activity_history(
+        self,
+        activity_id: str,
+        caller: Caller,
+        limit: int = PAGE_LIMIT_DEFAULT,
+        cursor: str | None = None,
+    ) -> TransitionPage:
+        """One page of an activity's transitions, oldest first, with ``next_cursor``
+        (``None`` on the last page); ``limit`` is 1-100. The store reads the page
+        through its ``(activity_id, id)`` index, so a long history costs a page."""
+        limit = check_limit(limit)
+        after = 0 if cursor is None else decode_cursor(cursor, _HISTORY, (int,))[0]
         self._check_visible(caller, activity_id)
-        history = await self.node.store.history(activity_id)
-        if not history and not await self.node.store.existing_activity_ids([activity_id]):
+        stored = await self.node.store.history_page(activity_id, after=after, limit=limit + 1)
+        if not stored and not await self.node.store.existing_activity_ids([activity_id]):
             raise NotFound(f"unknown activity {activity_id!r}", activity_id=activity_id)
-        return history
+        more = len(stored) > limit
+        return TransitionPage(
+            transitions=[t for _, t in stored[:limit]],
+            next_cursor=encode_cursor(_HISTORY, stored[limit - 1][0]) if more else None,
+        )
 
-    async def list_workers(self, caller: Caller) -> list[WorkerView]:
-        """Every known worker (for a tenant-scoped caller: those that may serve its tenants)."""
+    async def list_workers(
+        self, caller: Caller, limit: int = PAGE_LIMIT_DEFAULT, cursor: str | None = None
+    ) -> WorkerPage:
+        """One page of the known workers in registration order, with ``next_cursor``
+        (``None`` on the last page); ``limit`` is 1-100. For a tenant-scoped caller:
+        the workers that may serve its tenants, with leases of its tenants only.
+
+        Workers live in the core's memory: a page picks the ``limit + 1`` lowest
+        registration numbers after the cursor in one pass over the registry
+        (integer comparisons, no view built), then builds views for the page alone.
+        """
+        limit = check_limit(limit)
+        after = 0 if cursor is None else decode_cursor(cursor, _WORKERS, (int,))[0]
+        await self.node.durable()  # never ahead of the store (refused while writes stopped)
         scope = caller.tenants
+        candidates = (
+            w
+            for w in self.node.core.registry.workers.values()
+            if w.seq > after
+            and (scope is None or w.info.tenants is None or bool(w.info.tenants & scope))
+        )
+        chosen = heapq.nsmallest(limit + 1, candidates, key=lambda w: w.seq)
         views: list[WorkerView] = []
-        for w in sorted(self.node.core.registry.workers.values(), key=lambda w: w.seq):
+        for w in chosen[:limit]:
             leases = dict(w.leases)
             if scope is not None:
-                if w.info.tenants is not None and not w.info.tenants & scope:
-                    continue
                 leases = {aid: t for aid, t in leases.items() if self._tenant_of(aid) in scope}
             views.append(
                 WorkerView(
@@ -583,7 +778,11 @@ class SchedulerAPI:
                     stats=w.stats,
                 )
             )
-        return views
+        more = len(chosen) > limit
+        return WorkerPage(
+            workers=views,
+            next_cursor=encode_cursor(_WORKERS, chosen[limit - 1].seq) if more else None,
+        )
 
     async def queue_stats(self, caller: Caller) -> QueueStats:
         """Queue depth, capacity and backpressure (cluster-wide: unscoped callers only)."""
@@ -592,6 +791,7 @@ class SchedulerAPI:
                 "queue figures are cluster-wide; a tenant-scoped credential may not read them",
                 method="scheduler.queue.stats",
             )
+        await self.node.durable()  # never ahead of the store (refused while writes stopped)
         core = self.node.core
         return QueueStats(
             depth=core.queue.depth,
@@ -648,7 +848,7 @@ class SchedulerAPI:
             return {"ok": True}
 
         async def submit(p: SubmitParams, c: Caller) -> dict[str, list[str]]:
-            return {"activity_ids": await self.submit_activities(p.activities, c)}
+            return {"activity_ids": await self._submit(as_core(p.activities), c)}
 
         async def cancel(p: CancelParams, c: Caller) -> dict[str, bool]:
             await self.cancel_activity(p.activity_id, p.reason, c)
@@ -657,11 +857,11 @@ class SchedulerAPI:
         async def get(p: ActivityIdParams, c: Caller) -> ActivityView:
             return await self.get_activity(p.activity_id, c)
 
-        async def history(p: ActivityIdParams, c: Caller) -> list[Transition]:
-            return await self.activity_history(p.activity_id, c)
+        async def history(p: HistoryParams, c: Caller) -> TransitionPage:
+            return await self.activity_history(p.activity_id, c, p.limit, p.cursor)
 
-        async def workers(p: NoParams, c: Caller) -> list[WorkerView]:
-            return await self.list_workers(c)
+        async def workers(p: ListWorkersParams, c: Caller) -> WorkerPage:
+            return await self.list_workers(c, p.limit, p.cursor)
 
         async def stats(p: NoParams, c: Caller) -> QueueStats:
             return await self.queue_stats(c)
@@ -689,10 +889,10 @@ class SchedulerAPI:
             summary="Cancel an unfinished activity.")  # fmt: skip
         add("scheduler.activities.get", ActivityIdParams, get, access="read",
             summary="An activity's current state.")  # fmt: skip
-        add("scheduler.activities.history", ActivityIdParams, history, access="read",
-            summary="An activity's transitions, oldest first.")  # fmt: skip
-        add("scheduler.workers.list", NoParams, workers, access="read",
-            summary="Every known worker with its leases and heartbeat figures.")  # fmt: skip
+        add("scheduler.activities.history", HistoryParams, history, access="read",
+            summary="A page of an activity's transitions, oldest first.")  # fmt: skip
+        add("scheduler.workers.list", ListWorkersParams, workers, access="read",
+            summary="A page of workers with their leases and heartbeat figures.")  # fmt: skip
         add("scheduler.queue.stats", NoParams, stats, access="read",
             summary="Queue depth, capacity and backpressure level.")  # fmt: skip
 

@@ -12,38 +12,55 @@ from typing import Any
 
 import msgspec
 
-from wf.runtime.api import WorkflowAPI
+from wf.runtime.api import ArtifactPage, DeploymentPage, WorkflowAPI
 from wf.runtime.artifacts import Artifact
 from wf.runtime.deployments import Deployment
 from wf.server.rpc import Caller, Registry
-from wf.server.scheduler_api import NoParams
+from wf.wire.bounds import (
+    Cursor,
+    Id,
+    Name,
+    NonNegI64,
+    Positive64,
+    Text,
+    check_json_value,
+)
+from wf.wire.paging import PAGE_LIMIT_DEFAULT, Limit
 
 
 class CreateArtifactParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``workflow.artifacts.create``."""
 
-    artifact_id: str
+    artifact_id: Id
     """Artifact id."""
-    version: int
+    version: Positive64
     """Version to create."""
     plan: dict[str, Any]
     """The plan (see docs/workflows.md)."""
+
+    def __post_init__(self) -> None:
+        """Bound the free-form plan (depth, size, strings, integers)."""
+        check_json_value(self.plan, "plan")
 
 
 class GetArtifactParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``workflow.artifacts.get``."""
 
-    artifact_id: str
+    artifact_id: Id
     """Artifact id."""
-    version: int | None = None
+    version: Positive64 | None = None
     """Version; ``None``: the highest."""
 
 
 class ListArtifactsParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``workflow.artifacts.list``."""
 
-    artifact_id: str | None = None
+    artifact_id: Id | None = None
     """Only this artifact's versions; ``None``: every artifact."""
+    limit: Limit = PAGE_LIMIT_DEFAULT
+    """Page size, 1-100."""
+    cursor: Cursor | None = None
+    """``next_cursor`` of the previous page."""
 
 
 class SaveDeploymentParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -51,65 +68,86 @@ class SaveDeploymentParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unk
 
     body: dict[str, Any]
     """The deployment (fields of ``DeploymentSpec``)."""
-    expected_revision: int | None = None
+    expected_revision: NonNegI64 | None = None
     """Revision the change is based on (0: new); ``None``: the current one."""
+
+    def __post_init__(self) -> None:
+        """Bound the free-form body (depth, size, strings, integers)."""
+        check_json_value(self.body, "body")
+
+
+class ListDeploymentsParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``workflow.deployments.list``."""
+
+    limit: Limit = PAGE_LIMIT_DEFAULT
+    """Page size, 1-100."""
+    cursor: Cursor | None = None
+    """``next_cursor`` of the previous page."""
 
 
 class DeploymentIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``workflow.deployments.get``."""
 
-    deployment_id: str
+    deployment_id: Id
     """``<artifact_id>.<name>``."""
 
 
 class StartRunParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``workflow.runs.start``."""
 
-    deployment_id: str
+    deployment_id: Id
     """The deployment to run."""
     inputs: dict[str, Any] | None = None
     """Inputs overlaid on the deployment's defaults."""
+
+    def __post_init__(self) -> None:
+        """Bound the free-form inputs (depth, size, strings, integers)."""
+        check_json_value(self.inputs, "inputs")
 
 
 class RunIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``workflow.runs.inspect``."""
 
-    run_id: str
+    run_id: Id
     """``run-000001`` style id."""
 
 
 class ListRunsParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``workflow.runs.list``."""
 
-    deployment_id: str | None = None
+    deployment_id: Id | None = None
     """Only runs of this deployment."""
-    schedule_id: str | None = None
+    schedule_id: Id | None = None
     """Only runs this schedule admitted."""
-    status: str | None = None
+    status: Name | None = None
     """Only runs with this status."""
-    limit: int = 50
+    limit: Limit = PAGE_LIMIT_DEFAULT
     """Page size, 1-100."""
-    cursor: str | None = None
+    cursor: Cursor | None = None
     """``next_cursor`` of the previous page."""
 
 
 class ResumeRunParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``workflow.runs.resume``."""
 
-    run_id: str
+    run_id: Id
     """The interrupted run."""
     answer: Any
     """The answer (checked against the interrupt's input schema; may be ``null``)."""
-    node_id: str | None = None
+    node_id: Id | None = None
     """The interrupt node (optional when only one waits)."""
+
+    def __post_init__(self) -> None:
+        """Bound the free-form answer (depth, size, strings, integers)."""
+        check_json_value(self.answer, "answer")
 
 
 class CancelRunParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``workflow.runs.cancel``."""
 
-    run_id: str
+    run_id: Id
     """The run to cancel."""
-    reason: str = ""
+    reason: Text = ""
     """Why (kept in the run's error)."""
 
 
@@ -122,8 +160,8 @@ def register_workflow_methods(api: WorkflowAPI, registry: Registry) -> None:
     async def get(p: GetArtifactParams, c: Caller) -> Artifact:
         return await api.get_artifact(p.artifact_id, p.version, caller=c)
 
-    async def list_(p: ListArtifactsParams, c: Caller) -> list[Artifact]:
-        return await api.list_artifacts(p.artifact_id, caller=c)
+    async def list_(p: ListArtifactsParams, c: Caller) -> ArtifactPage:
+        return await api.list_artifacts(p.artifact_id, caller=c, limit=p.limit, cursor=p.cursor)
 
     async def save(p: SaveDeploymentParams, c: Caller) -> Deployment:
         return await api.save_deployment(p.body, p.expected_revision, caller=c)
@@ -131,8 +169,8 @@ def register_workflow_methods(api: WorkflowAPI, registry: Registry) -> None:
     async def get_dep(p: DeploymentIdParams, c: Caller) -> Deployment:
         return await api.get_deployment(p.deployment_id, caller=c)
 
-    async def list_dep(p: NoParams, c: Caller) -> list[Deployment]:
-        return await api.list_deployments(caller=c)
+    async def list_dep(p: ListDeploymentsParams, c: Caller) -> DeploymentPage:
+        return await api.list_deployments(caller=c, limit=p.limit, cursor=p.cursor)
 
     async def start_run(p: StartRunParams, c: Caller) -> dict[str, Any]:
         return await api.start_run(p.deployment_id, p.inputs, caller=c)
@@ -211,7 +249,7 @@ def register_workflow_methods(api: WorkflowAPI, registry: Registry) -> None:
         ListArtifactsParams,
         list_,
         access="read",
-        summary="Artifact versions, by id then version.",
+        summary="A page of artifact versions, by id then version, with a next_cursor.",
     )
     add(
         "workflow.deployments.save",
@@ -229,8 +267,8 @@ def register_workflow_methods(api: WorkflowAPI, registry: Registry) -> None:
     )
     add(
         "workflow.deployments.list",
-        NoParams,
+        ListDeploymentsParams,
         list_dep,
         access="read",
-        summary="Every deployment the caller may see.",
+        summary="A page of the deployments the caller may see, by id, with a next_cursor.",
     )

@@ -33,6 +33,7 @@ from wf.scheduler.outputs import (
     LeaseRenewed,
     Record,
     Transition,
+    WorkerRemoved,
     WorkerUpserted,
 )
 
@@ -172,6 +173,8 @@ def plan_writes(records: Iterable[Record]) -> tuple[list[Step], dict[str, int]]:
             )
             if r.seq > worker_seq:
                 worker_seq = r.seq
+        elif type(r) is WorkerRemoved:
+            steps.append(("delete_worker", {"worker_id": r.worker_id}))
         elif type(r) is CronUpserted:
             steps.append(
                 (
@@ -203,13 +206,15 @@ _FAMILY: Final[dict[str, int]] = {
     "apply_transition": 1,
     "renew_lease": 1,
     "upsert_worker": 2,
+    "delete_worker": 2,
     "upsert_cron": 3,
     "delete_cron": 3,
     "insert_transition": 4,
 }
 """Query -> family. Families touch disjoint rows, so only the order inside one
 family matters: activity inserts (each precedes its own updates), activity
-updates (a renewal matches the token the last transition set), workers, crons
+updates (a renewal matches the token the last transition set), workers (a
+removal and a later registration of one id), crons
 (an upsert and a delete of one id), and the history (its ids are its order)."""
 
 

@@ -14,7 +14,9 @@ that wrote the records, as of its last committed append.
 
 Contradictions fail closed: an activity that claims a lease held by an
 unknown worker, or a second live lease, is left out of the live state and
-reported as a diagnostic, so the rest of the store keeps working.
+reported as a diagnostic, so the rest of the store keeps working. A counter
+rewound below its data is the one finding that stops recovery: the core would
+hand out numbers that are taken, and its first commit would fence the store.
 """
 
 from __future__ import annotations
@@ -24,19 +26,26 @@ import msgspec
 from wf.scheduler.backpressure import BackpressureController
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.cron import CronEntry
-from wf.scheduler.model import Activity, ActivityState, WorkerState
+from wf.scheduler.model import Activity, ActivityState, WorkerState, WorkerStatus
 from wf.scheduler.policies import make_policy
 from wf.scheduler.rate_limiter import RateLimiter
 from wf.scheduler.recovery import CoreSnapshot
+from wf.store.check import refuse_rewound_counters
 from wf.store.protocol import Diagnostic, StoredState
 
 _HELD = (ActivityState.LEASED, ActivityState.EXECUTING)
+_LIVE_WORKER = (WorkerStatus.ACTIVE, WorkerStatus.DRAINING)
 
 
 def build_snapshot(
     stored: StoredState, config: SchedulerConfig, now: float
 ) -> tuple[CoreSnapshot, list[Diagnostic]]:
-    """A core snapshot from stored state; workers are treated as last seen at ``now``."""
+    """A core snapshot from stored state; workers are treated as last seen at ``now``.
+
+    Raises :class:`~wf.errors.CorruptRecord` if a counter was rewound below its data
+    (:func:`wf.store.check.refuse_rewound_counters`): that store must not start.
+    """
+    refuse_rewound_counters(stored.diagnostics)
     diagnostics = list(stored.diagnostics)
     workers: dict[str, WorkerState] = {
         w.info.worker_id: WorkerState(
@@ -45,6 +54,8 @@ def build_snapshot(
             status=w.status,
             registered_at=w.registered_at,
             last_seen_at=now,
+            # Retention runs from the departure, across restarts (see WorkerRegistry).
+            departed_at=None if w.status in _LIVE_WORKER else w.updated_at,
         )
         for w in stored.workers
     }

@@ -33,12 +33,28 @@ commits; their reads use the pool.
 
 *Ownership.* :meth:`acquire_ownership` takes a session-level
 ``pg_try_advisory_lock`` (key derived from the schema name) on the writer's
-own connection and labels it in the ``owner`` table. Holding the lock in the
-session that writes is the fence: a session that lost the lock (killed,
-network cut) is gone, and its replacement must take the lock again before it
-writes anything. If another scheduler took it meanwhile, this store's appends
-fail from then on and that scheduler is named. The lock dies with the
-session, so a killed owner never blocks the next one.
+own connection, labels it in the ``owner`` table, and starts a new ownership
+*epoch* in the one-row ``fence`` table (``0006_fence.sql``), noting the
+table's commit sequence. The lock decides who is active; it is not what
+keeps a deposed owner from writing. A session that lost the lock (killed,
+network cut) is gone, and the writer's next session takes the lock again on
+its own; if another scheduler holds it, this store's writes fail from then
+on and that scheduler is named. The lock dies with the session, so a killed
+owner never blocks the next one.
+
+*The write fence.* Every write transaction, group commits and catalog writes
+alike, first calls ``fence_advance(epoch, commit_seq)`` inside the same
+transaction (pipelined with ``BEGIN``, so it costs no round trip of its
+own): it advances the commit sequence if the epoch and sequence are still
+the ones this store last saw, and otherwise raises (SQLSTATE ``WF001``), so
+nothing of the transaction commits. An owner whose session was replaced
+therefore writes again only if nobody took ownership or wrote in between; if
+somebody did, the write fails with :class:`~wf.errors.OwnershipLost`, every
+later write as owner is refused the same way, and
+:attr:`on_ownership_lost` tells the owner, who must call
+:meth:`acquire_ownership` again (a new epoch) and reload before it writes.
+A store without ownership (tooling, tests) passes no epoch: its writes only
+advance the sequence, which fences an owner that did not see them.
 
 *Reads* use a connection pool: :meth:`load` reads in one ``REPEATABLE READ``
 read-only transaction (a consistent snapshot) with a binary server-side
@@ -61,7 +77,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
@@ -71,10 +87,19 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from wf.errors import CorruptRecord, Internal, InvalidArgument, OwnershipConflict, StoreUnavailable
+from wf.errors import (
+    CorruptRecord,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    OwnershipConflict,
+    OwnershipLost,
+    StoreUnavailable,
+)
 from wf.scheduler.model import TERMINAL_STATES, Activity, ActivityState
 from wf.scheduler.outputs import Record, Transition
-from wf.store import codec, rows
+from wf.store import check as checks
+from wf.store import codec, pages, rows
 from wf.store.protocol import (
     ArtifactRow,
     DeploymentRow,
@@ -124,6 +149,10 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 _SELECT_MIGRATIONS: Final = "SELECT version, name FROM schema_migrations ORDER BY version"
 _INSERT_MIGRATION: Final = "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)"
 _SELECT_VERSION: Final = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations"
+_SELECT_TABLES: Final = (
+    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname"
+)
 _TRY_LOCK: Final = "SELECT pg_try_advisory_lock(%s::bigint)"
 _UNLOCK: Final = "SELECT pg_advisory_unlock(%s::bigint)"
 _UPSERT_OWNER: Final = """
@@ -152,6 +181,7 @@ SELECT activity_id, seq, spec, state, attempt, failures, infra_requeues, steals,
        worker_id, lease_expires_at, not_before, queued_at, last_error, submitted_at
 FROM activities WHERE activity_id = ANY(%s) ORDER BY seq"""
 _LIVE_STATES: Final = tuple(s for s in ActivityState if s not in TERMINAL_STATES)
+_TERMINAL_VALUES: Final = frozenset(s.value for s in TERMINAL_STATES)
 _SELECT_LIVE: Final = (
     "SELECT activity_id, seq, spec, CASE WHEN attempt = 0 AND failures = 0 "
     "AND infra_requeues = 0 AND steals = 0 AND token = 0 AND worker_id IS NULL "
@@ -171,7 +201,12 @@ bit-for-bit +0.0, so that the value set in its place is the very same);
 ``NULL`` otherwise, or when the state is unknown. A ``NULL`` kind sends the row
 to the slow path (:data:`_SELECT_ACTIVITIES_BY_ID`, whole and by id)."""
 _activity_list_decoder: Final = msgspec.msgpack.Decoder(list[Activity])
-_XACT_ID: Final = "SELECT pg_current_xact_id()::text"
+_FENCE: Final = "SELECT fence_advance(%s, %s), pg_current_xact_id()::text"
+"""The write fence (first statement of every write transaction) and the transaction's
+id (to resolve a commit whose reply was lost)."""
+_CLAIM_EPOCH: Final = "UPDATE fence SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch, commit_seq"
+FENCE_SQLSTATE: Final = "WF001"
+"""What ``fence_advance`` raises when the epoch or the commit sequence moved."""
 _XACT_STATUS: Final = "SELECT pg_xact_status(%s::xid8)"
 
 
@@ -227,7 +262,9 @@ class _CommitFailed(Exception):
 class PostgresStore:
     """The :class:`~wf.store.protocol.Store` on PostgreSQL (see the module docstring)."""
 
-    def __init__(self, dsn: str, *, schema: str = "wf", pool_max: int = 8) -> None:
+    def __init__(
+        self, dsn: str, *, schema: str = "wf", pool_max: int = 8, create: bool = True
+    ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise InvalidArgument(
                 "a store schema name is lower-case letters, digits and '_' (at most 63)",
@@ -237,6 +274,10 @@ class PostgresStore:
             raise InvalidArgument("pool_max must be at least 1", pool_max=pool_max)
         self._dsn = dsn
         self._schema = schema
+        self.create = create
+        """Whether :meth:`open` may create the schema and apply pending migrations;
+        ``False`` opens only an existing, current store and changes nothing
+        (``wf store check``)."""
         self._owner_key = ownership_lock_key(schema)
         self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             dsn,
@@ -264,9 +305,18 @@ class PostgresStore:
         self._wconn: Conn | None = None
         self._wlock = asyncio.Lock()
         self._owner: OwnerInfo | None = None
-        """Ownership wanted: the writer's session must hold the lock before writing."""
+        """Ownership wanted (from acquire_ownership() to release_ownership()): the
+        writer's session must hold the lock, and writes pass the epoch below."""
         self._wconn_owns = False
-        self._ownership_lost: OwnershipConflict | None = None
+        self._epoch: int | None = None
+        """The ownership epoch this store started, ``None`` until acquire_ownership()
+        succeeds and again once the fence refused a write (until it is re-acquired)."""
+        self._seq = 0
+        """The fence's commit sequence as of this store's last committed write."""
+        self._lost: OwnershipLost | None = None
+        """Why writes as owner are refused (the last loss of the fence)."""
+        self.on_ownership_lost: Callable[[OwnershipLost], None] | None = None
+        """Called once per loss of the fence (see the module docstring)."""
         self._state: _Phase = "new"
 
     # -- lifecycle --------------------------------------------------------
@@ -278,7 +328,10 @@ class PostgresStore:
         self._state = "opening"
         try:
             self._wconn = await self._connect_writer()
-            await self._migrate(self._wconn)
+            if self.create:
+                await self._migrate(self._wconn)
+            else:
+                await self._verify(self._wconn)
             await self._pool.open(wait=True, timeout=POOL_TIMEOUT_S)
         except psycopg.Error as exc:
             await self._discard_connections()
@@ -345,12 +398,16 @@ class PostgresStore:
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(%s::bigint)", [migration_lock_key(self._schema)]
             )
+            tables = await self._tables(conn)
+            if tables and "schema_migrations" not in tables:
+                raise self._foreign(tables)
             await conn.execute(
                 sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
             )
             await conn.execute(_BOOTSTRAP)
             cur = await conn.execute(_SELECT_MIGRATIONS)
             applied: dict[int, str] = {int(v): str(n) for v, n in await cur.fetchall()}
+            checks.verify_migrations(applied, known, self._where, pending_ok=True)
             if applied and max(applied) > newest:
                 raise CorruptRecord(
                     f"schema {self._schema!r} is at version {max(applied)}, newer than this "
@@ -365,6 +422,39 @@ class PostgresStore:
                 await conn.execute(text)
                 await conn.execute(_INSERT_MIGRATION, [version, name])
 
+    @property
+    def _where(self) -> str:
+        return f"PostgreSQL schema {self._schema!r}"
+
+    async def _tables(self, conn: Conn) -> list[str]:
+        """The tables of this store's schema (none: the schema is empty or missing)."""
+        cur = await conn.execute(_SELECT_TABLES, [self._schema])
+        return [str(name) for (name,) in await cur.fetchall()]
+
+    def _foreign(self, tables: list[str]) -> CorruptRecord:
+        held = ", ".join(tables[:5])
+        return CorruptRecord(
+            f"store {self._where} holds tables but no wf store (no schema_migrations "
+            f"table; it holds {held})",
+            schema=self._schema,
+        )
+
+    async def _verify(self, conn: Conn) -> None:
+        """``create=False``: the schema must hold a wf store at this code's version;
+        nothing is created or migrated (NotFound if there is no store at all)."""
+        tables = await self._tables(conn)
+        if not tables:
+            raise NotFound(
+                f"no store in {self._where}: the schema does not exist or is empty",
+                schema=self._schema,
+            )
+        if "schema_migrations" not in tables:
+            raise self._foreign(tables)
+        cur = await conn.execute(_SELECT_MIGRATIONS)
+        applied = {int(v): str(n) for v, n in await cur.fetchall()}
+        known = codec.migrations("postgres")
+        checks.verify_migrations(applied, known, self._where, pending_ok=False)
+
     async def schema_version(self) -> int:
         """The highest applied migration version."""
         self._require_open()
@@ -376,26 +466,38 @@ class PostgresStore:
     # -- ownership --------------------------------------------------------
 
     async def acquire_ownership(self, owner: OwnerInfo) -> None:
-        """Hold the schema's advisory lock in the writer's session, or raise
-        :class:`~wf.errors.OwnershipConflict` naming the holder."""
+        """Hold the schema's advisory lock in the writer's session and start a new
+        ownership epoch, or raise :class:`~wf.errors.OwnershipConflict` naming the holder.
+
+        Idempotent while the lock is held and the fence intact; after a loss of the
+        fence it takes the lock if need be and starts a new epoch (the caller then
+        reloads: what it held in memory may be stale). Until this succeeds, writes as
+        owner are refused with :class:`~wf.errors.OwnershipLost`.
+        """
         self._require_open()
         async with self._wlock:
-            if self._owner is not None and self._wconn_owns:
+            if self._owner is not None and self._wconn_owns and self._epoch is not None:
                 return
-            lost, self._ownership_lost = self._ownership_lost, None
             self._owner = owner
+            self._epoch = None
             try:
-                await self._writer_connection()
-            except OwnershipConflict as exc:
-                self._owner = None
-                self._ownership_lost = exc if lost is not None else None  # still fenced
+                conn = await self._writer_connection()
+                cur = await conn.execute(_CLAIM_EPOCH)
+                row = await cur.fetchone()
+            except OwnershipConflict:
                 raise
             except (psycopg.Error, OSError) as exc:
-                self._owner = None
-                self._ownership_lost = lost
+                if self._wconn is not None and (self._wconn.broken or self._wconn.closed):
+                    await self._drop_writer()
                 raise StoreUnavailable(
                     f"cannot take ownership: {exc}", schema=self._schema
                 ) from exc
+            if row is None:
+                raise CorruptRecord(
+                    "the write fence's row is missing", table="fence", key="1", schema=self._schema
+                )
+            self._epoch, self._seq = int(row[0]), int(row[1])
+            self._lost = None
 
     async def release_ownership(self) -> None:
         """Drop the lock and its label (idempotent; a broken session already lost both).
@@ -406,7 +508,8 @@ class PostgresStore:
         """
         async with self._wlock:
             self._owner = None
-            self._ownership_lost = None
+            self._epoch = None
+            self._lost = None
             if not self._wconn_owns:
                 return
             self._wconn_owns = False
@@ -484,6 +587,11 @@ class PostgresStore:
             if self._appending == 0:
                 self._quiet.set()
 
+    async def prove_writable(self) -> None:
+        """Commit an empty transaction through the write fence (see the protocol)."""
+        async with self._catalog_tx():
+            pass
+
     async def clear_write_fence(self) -> None:
         """Accept appends again after a failed commit (see the protocol)."""
         self._require_open()
@@ -560,29 +668,29 @@ class PostgresStore:
         for attempt in range(WRITE_ATTEMPTS_MAX):
             conn = await self._session_for_write()
             try:
-                xid = await self._send_group(conn, group)
+                sent = await self._send_group(conn, group)
             except _CommitFailed as failed:
                 if not failed.resend or attempt + 1 == WRITE_ATTEMPTS_MAX:
                     raise
                 continue
-            await self._finish(conn, xid)
+            await self._finish(conn, *sent)
             return
 
     async def _session_for_write(self) -> Conn:
-        if self._ownership_lost is not None:
+        if self._owner is not None and self._epoch is None:
             raise _CommitFailed(
-                StoreUnavailable(
-                    f"ownership of the store was lost: {self._ownership_lost.message}",
-                    **self._ownership_lost.details,
-                ),
+                self._lost
+                or OwnershipLost(
+                    "this store does not hold ownership (acquire_ownership() has not "
+                    "succeeded); nothing was stored",
+                    schema=self._schema,
+                )
             )
         try:
             return await self._writer_connection()
         except OwnershipConflict as exc:
-            self._owner = None
-            self._ownership_lost = exc
             raise _CommitFailed(
-                StoreUnavailable(f"ownership of the store was lost: {exc.message}", **exc.details),
+                self._lose(f"ownership of the store was lost: {exc.message}", **exc.details)
             ) from exc
         except (psycopg.Error, OSError) as exc:
             await self._drop_writer()
@@ -590,10 +698,45 @@ class PostgresStore:
                 StoreUnavailable(f"cannot reach PostgreSQL: {exc}", schema=self._schema),
             ) from exc
 
-    async def _finish(self, conn: Conn, xid: str) -> None:
-        """COMMIT; if the reply is lost with the session, ask the server what happened."""
+    def _lose(self, message: str, **details: Any) -> OwnershipLost:
+        """The fence is lost: refuse writes as owner until acquire_ownership(), tell the
+        owner (once per loss), and return the error to raise."""
+        lost = OwnershipLost(message, **{"schema": self._schema, **details})
+        if self._owner is None:
+            return lost  # not an owner: nothing to stop (only a missing fence row gets here)
+        first = self._epoch is not None
+        self._epoch = None
+        self._lost = lost
+        if first and self.on_ownership_lost is not None:
+            self.on_ownership_lost(lost)
+        return lost
+
+    def _fence_args(self) -> tuple[int | None, int | None]:
+        """``fence_advance``'s arguments: this owner's epoch and sequence, or no check."""
+        return (None, None) if self._owner is None else (self._epoch, self._seq)
+
+    def _refusal(self, exc: psycopg.Error, what: str) -> StoreUnavailable:
+        """The error for a write transaction the server refused: the fence's, or ``what``
+        failed."""
+        if exc.sqlstate == FENCE_SQLSTATE:
+            epoch, seq = self._fence_args()
+            return self._lose(
+                "the store refused the write: another writer took ownership or wrote since "
+                "this node's last commit; nothing was stored, and the node must take "
+                "ownership again and reload before it writes",
+                epoch=epoch,
+                commit_seq=seq,
+            )
+        return StoreUnavailable(
+            f"{what} failed, nothing stored: {exc}", schema=self._schema, sqlstate=exc.sqlstate
+        )
+
+    async def _finish(self, conn: Conn, xid: str, seq: int) -> None:
+        """COMMIT (the fence then stands at ``seq``); if the reply is lost with the session,
+        ask the server what happened."""
         try:
             await conn.execute("COMMIT")
+            self._seq = seq
         except psycopg.Error as exc:
             if not (conn.broken or conn.closed):
                 raise _CommitFailed(
@@ -602,7 +745,11 @@ class PostgresStore:
             await self._drop_writer()
             outcome = await self._outcome(xid)
             if outcome == "committed":
+                self._seq = seq
                 return
+            if outcome == "unknown":
+                # Whether the fence advanced is unknown: prove nothing, re-acquire.
+                self._lose("the outcome of a commit is unknown; ownership must be re-proven")
             raise _CommitFailed(
                 StoreUnavailable(
                     f"connection lost during commit ({outcome}): {exc}",
@@ -611,8 +758,9 @@ class PostgresStore:
                 ),
             ) from exc
 
-    async def _send_group(self, conn: Conn, group: list[_Append]) -> str:
-        """BEGIN and every step in one pipeline; the transaction id, not yet committed."""
+    async def _send_group(self, conn: Conn, group: list[_Append]) -> tuple[str, int]:
+        """BEGIN, the fence and every step in one pipeline; the transaction id and the
+        fence's sequence once it commits (not yet committed)."""
         queries = codec.postgres_queries()
         steps = [step for one in group for step in one.steps]
         counters: dict[str, int] = {}
@@ -623,7 +771,7 @@ class PostgresStore:
         try:
             async with conn.pipeline():
                 await conn.execute("BEGIN")
-                await xcur.execute(_XACT_ID)
+                await xcur.execute(_FENCE, self._fence_args())
                 async with conn.cursor() as cur:
                     for name, params_seq in codec.group_steps(steps):
                         await cur.executemany(queries[name], params_seq)
@@ -642,17 +790,12 @@ class PostgresStore:
                     healthy = False
             if not healthy:
                 await self._drop_writer()
-            raise _CommitFailed(
-                StoreUnavailable(
-                    f"write failed, nothing stored: {exc}",
-                    schema=self._schema,
-                    sqlstate=getattr(exc, "sqlstate", None),
-                ),
-                resend=not healthy,
-            ) from exc
+            error = self._refusal(exc, "write")
+            resend = not healthy and not isinstance(error, OwnershipLost)
+            raise _CommitFailed(error, resend=resend) from exc
         if row is None:  # pragma: no cover - the SELECT always yields one row
-            raise Internal("pg_current_xact_id() returned nothing")
-        return str(row[0])
+            raise Internal("the write fence returned nothing")
+        return str(row[1]), int(row[0])
 
     async def _outcome(self, xid: str) -> Literal["committed", "aborted", "unknown"]:
         """What became of a transaction whose COMMIT reply was lost (via a pooled session)."""
@@ -696,24 +839,66 @@ class PostgresStore:
     @asynccontextmanager
     async def _catalog_tx(self) -> AsyncIterator[Conn]:
         """One catalog transaction on the writer's session (under the writer lock, so
-        it never interleaves with a group commit)."""
+        it never interleaves with a group commit), fenced like a group commit: the
+        fence is its first statement, pipelined with ``BEGIN``."""
         self._require_open()
         async with self._wlock:
+            for attempt in range(WRITE_ATTEMPTS_MAX):
+                try:
+                    conn = await self._session_for_write()
+                except _CommitFailed as failed:
+                    raise failed.error from failed.__cause__
+                try:
+                    xid, seq = await self._begin_fenced(conn)
+                    break
+                except StoreUnavailable:
+                    # A session found broken at BEGIN (dropped) ran nothing: once more,
+                    # on a fresh one, as a group commit would.
+                    if self._wconn is not None or attempt + 1 == WRITE_ATTEMPTS_MAX:
+                        raise
             try:
-                conn = await self._writer_connection()
-                async with conn.transaction():
-                    yield conn
-            except OwnershipConflict as exc:
-                raise StoreUnavailable(
-                    f"cannot write: ownership of the store was lost: {exc.message}",
-                    **exc.details,
-                ) from exc
-            except (psycopg.Error, OSError) as exc:
-                if self._wconn is not None and (self._wconn.broken or self._wconn.closed):
-                    await self._drop_writer()
-                raise StoreUnavailable(
-                    f"catalog write failed, nothing stored: {exc}", schema=self._schema
-                ) from exc
+                yield conn
+            except BaseException as exc:
+                await self._abandon(conn)
+                if isinstance(exc, (psycopg.Error, OSError)):
+                    raise StoreUnavailable(
+                        f"catalog write failed, nothing stored: {exc}", schema=self._schema
+                    ) from exc
+                raise
+            try:
+                await self._finish(conn, xid, seq)
+            except _CommitFailed as failed:
+                raise failed.error from failed.__cause__
+            except BaseException:
+                # Cut off mid-COMMIT (cancelled): whether it landed is unknown.
+                await self._drop_writer()
+                self._lose("a catalog commit was interrupted; ownership must be re-proven")
+                raise
+
+    async def _begin_fenced(self, conn: Conn) -> tuple[str, int]:
+        """BEGIN and the fence; the transaction id and the fence's sequence once it
+        commits."""
+        try:
+            async with conn.pipeline():
+                await conn.execute("BEGIN")
+                cur = await conn.execute(_FENCE, self._fence_args())
+            row = await cur.fetchone()
+        except psycopg.Error as exc:
+            await self._abandon(conn)
+            raise self._refusal(exc, "catalog write") from exc
+        if row is None:  # pragma: no cover - the SELECT always yields one row
+            raise Internal("the write fence returned nothing")
+        return str(row[1]), int(row[0])
+
+    async def _abandon(self, conn: Conn) -> None:
+        """Roll the open transaction back, or drop the session if it is unusable."""
+        if not (conn.broken or conn.closed):
+            try:
+                await conn.execute("ROLLBACK")
+                return
+            except psycopg.Error:
+                pass
+        await self._drop_writer()
 
     async def put_artifact(self, row: ArtifactRow) -> ArtifactRow:
         """Insert an artifact version; same content is idempotent, other content
@@ -764,6 +949,19 @@ class PostgresStore:
             fetched = await cur.fetchall()
         return [rows.artifact_from_row(r) for r in fetched]
 
+    async def artifacts_page(
+        self,
+        *,
+        after: tuple[str, int] | None = None,
+        artifact_id: str | None = None,
+        limit: int = 100,
+    ) -> list[ArtifactRow]:
+        """Up to ``limit`` artifact versions after the key ``after`` (see the protocol)."""
+        query = pages.artifacts_page(
+            postgres=True, after=after, artifact_id=artifact_id, limit=limit
+        )
+        return [rows.artifact_from_row(r) for r in await self._page(*query)]
+
     async def put_deployment(self, row: DeploymentRow, *, expected_revision: int) -> None:
         """Store a deployment's next revision if it is still at ``expected_revision``."""
         rows.check_deployment_revision(row, expected_revision)
@@ -801,6 +999,11 @@ class PostgresStore:
             cur = await conn.execute(codec.postgres_queries()["select_deployments"])
             fetched = await cur.fetchall()
         return [rows.deployment_from_row(r) for r in fetched]
+
+    async def deployments_page(self, *, after: str = "", limit: int = 100) -> list[DeploymentRow]:
+        """Up to ``limit`` deployments after the id ``after``, by id."""
+        query = pages.deployments_page(postgres=True, after=after, limit=limit)
+        return [rows.deployment_from_row(r) for r in await self._page(*query)]
 
     # -- runs -------------------------------------------------------------
 
@@ -905,6 +1108,26 @@ class PostgresStore:
             fetched = await cur.fetchall()
         return [rows.schedule_from_row(r) for r in fetched]
 
+    async def schedules_page(
+        self,
+        *,
+        after: str = "",
+        limit: int = 100,
+        include_deleted: bool = False,
+        tenants: Sequence[str] | None = None,
+    ) -> list[ScheduleRow]:
+        """Up to ``limit`` schedules after the id ``after``, by id, filtered in SQL."""
+        query = pages.schedules_page(
+            postgres=True,
+            after=after,
+            limit=limit,
+            include_deleted=include_deleted,
+            tenants=tenants,
+        )
+        if query is None:
+            return []
+        return [rows.schedule_from_row(r) for r in await self._page(*query)]
+
     async def record_occurrences(
         self,
         schedule: ScheduleRow,
@@ -943,6 +1166,13 @@ class PostgresStore:
 
     # -- reads ------------------------------------------------------------
 
+    async def _page(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        """One page query's rows (at most ``pages.STORE_PAGE_ROWS_MAX``)."""
+        self._require_open()
+        async with self._reading() as conn:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchall()
+
     @asynccontextmanager
     async def _reading(self) -> AsyncIterator[Conn]:
         try:
@@ -962,10 +1192,12 @@ class PostgresStore:
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             cur = await conn.execute(queries["select_counters"])
             counters = rows.counters_from_rows(await cur.fetchall(), diagnostics)
+            # Recovery refuses a rewound counter (wf.store.check).
+            cur = await conn.execute(queries[checks.COUNTERS_QUERY])
+            diagnostics.extend(checks.counters_behind(await cur.fetchall(), self._where))
             activities = await _live_activities(conn, diagnostics)
             cur = await conn.execute(queries["select_recent_finished"], {"limit": finished_max})
-            finished = [(str(i), ActivityState(s)) for i, s in await cur.fetchall()]
-            finished.reverse()
+            finished = _finished(await cur.fetchall(), diagnostics)
             cur = await conn.execute(queries["select_workers"], binary=True)
             workers = rows.decode_all(await cur.fetchall(), rows.worker_from_row, diagnostics)
             cur = await conn.execute(queries["select_crons"], binary=True)
@@ -1021,11 +1253,21 @@ class PostgresStore:
             fetched = await cur.fetchall()
         return [rows.transition_from_row(row) for row in fetched]
 
-    async def check(self) -> list[Diagnostic]:
-        """Every contradiction in the stored records (``wf store check``)."""
+    async def history_page(
+        self, activity_id: str, *, after: int = 0, limit: int = 100
+    ) -> list[tuple[int, Transition]]:
+        """Up to ``limit`` of the activity's transitions after position ``after``."""
+        query = pages.history_page(postgres=True, activity_id=activity_id, after=after, limit=limit)
+        return [pages.positioned_transition(r) for r in await self._page(*query)]
+
+    async def check(self, bodies: checks.BodyDecoders | None = None) -> list[Diagnostic]:
+        """Every contradiction in the stored records, and every row of every table read
+        and decoded (catalog bodies by ``bodies``; see :mod:`wf.store.check`): a table
+        PostgreSQL reports damaged (SQLSTATE class XX) is a ``damaged`` diagnostic."""
         self._require_open()
         queries = codec.postgres_queries()
-        found: list[Diagnostic] = []
+        record = checks.RecordCheck(bodies, self._where)
+        found = record.found
         async with self._reading() as conn, conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             for name, to_diagnostic in rows.CHECKS:
@@ -1040,7 +1282,45 @@ class PostgresStore:
             rows.decode_all(await cur.fetchall(), rows.worker_from_row, found)
             cur = await conn.execute(queries["select_crons"], binary=True)
             rows.decode_all(await cur.fetchall(), rows.cron_from_row, found)
+            for scan in checks.SCANS:
+                await _scan_table(conn, scan, record)
         return found
+
+
+def _finished(
+    fetched: list[tuple[Any, ...]], diagnostics: list[Diagnostic]
+) -> list[tuple[str, ActivityState]]:
+    """``select_recent_finished`` rows, oldest first; an unknown state is reported."""
+    finished: list[tuple[str, ActivityState]] = []
+    for aid, state in reversed(fetched):
+        if state not in _TERMINAL_VALUES:
+            diagnostics.append(
+                Diagnostic(
+                    kind="malformed_row",
+                    table="transitions",
+                    key=str(aid),
+                    message=f"transitions row {aid!r}: unknown terminal state {state!r}",
+                )
+            )
+            continue
+        finished.append((str(aid), ActivityState(state)))
+    return finished
+
+
+async def _scan_table(conn: Conn, scan: checks.Scan, record: checks.RecordCheck) -> None:
+    """Read and decode one whole table for ``check``, in a savepoint so that a table
+    PostgreSQL reports damaged (class XX) is reported and the check goes on."""
+    try:
+        async with conn.transaction():
+            cursor = conn.cursor(name=f"wf_check_{scan.table}", binary=True)
+            async with cursor as cur:
+                await cur.execute(scan.sql)
+                while chunk := await cur.fetchmany(LOAD_FETCH_ROWS):
+                    record.rows(scan.table, chunk)
+    except psycopg.Error as exc:
+        if not (exc.sqlstate or "").startswith("XX"):
+            raise
+        record.damaged(scan.table, exc)
 
 
 async def _live_activities(conn: Conn, diagnostics: list[Diagnostic]) -> list[Activity]:

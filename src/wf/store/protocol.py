@@ -22,6 +22,16 @@ takes an OS file lock (SQLite, ``<store_root>/scheduler.lock``) or a
 PostgreSQL advisory lock, and a second owner is refused with
 :class:`~wf.errors.OwnershipConflict` naming the holder.
 
+The lock decides who is active; whether a write may commit is decided inside
+the write's own transaction. PostgreSQL keeps an ownership *epoch* (raised by
+every :meth:`Store.acquire_ownership`) and a commit sequence (raised by every
+committed write transaction, journal and catalog alike); an owner's write
+commits only if both are still what that owner last saw, so an owner whose
+session was replaced writes again only after proving nobody wrote in between,
+and otherwise fails with :class:`~wf.errors.OwnershipLost` until it acquires
+ownership again and reloads. SQLite needs no such check: its file lock lives as
+long as the owning process, and so does the only connection that writes.
+
 Corrupt rows never crash a load: they come back as :class:`Diagnostic`
 entries naming the record, the affected activity is left out of the live
 state (blocked, fail closed), and everything else loads.
@@ -29,13 +39,17 @@ state (blocked, fail closed), and everything else loads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 
+from wf.errors import OwnershipLost
 from wf.scheduler.model import Activity, ActivityState, WorkerInfo, WorkerStatus
 from wf.scheduler.outputs import Record, Transition
+
+if TYPE_CHECKING:
+    from wf.store.check import BodyDecoders
 
 
 class OwnerInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,6 +74,8 @@ class StoredWorker(msgspec.Struct, frozen=True, kw_only=True):
     """Last persisted status."""
     registered_at: float
     """First registration instant."""
+    updated_at: float = 0.0
+    """When the row was last written; for a failed or gone worker, its departure."""
 
 
 class StoredCron(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,7 +93,8 @@ class Diagnostic(msgspec.Struct, frozen=True, kw_only=True):
 
     kind: str
     """Stable kind: ``malformed_row``, ``unknown_activity``, ``duplicate_lease``,
-    ``unknown_worker``, ``counter_behind``, ``state_mismatch``."""
+    ``unknown_worker``, ``counter_behind``, ``state_mismatch``, ``corrupt_record``
+    (a record the server cannot decode), ``damaged`` (the database reports damage)."""
     table: str
     """Table of the offending row."""
     key: str
@@ -225,10 +242,25 @@ class Store(Protocol):
         """The highest applied migration version."""
         ...
 
+    on_ownership_lost: Callable[[OwnershipLost], None] | None
+    """Set by the owner; called on the event loop, once per loss, when the store finds
+    that it may no longer write as owner (PostgreSQL: the write fence moved because
+    another scheduler took ownership or wrote since this store's last commit, or a
+    commit's outcome is unknown), even if the write that found it was not an
+    :meth:`append` (a catalog write). Until :meth:`acquire_ownership` succeeds again,
+    every write fails with :class:`~wf.errors.OwnershipLost`; the owner then reloads.
+    The SQLite store never calls it (see the module docstring)."""
+
     async def acquire_ownership(self, owner: OwnerInfo) -> None:
         """Become the one scheduler of this store, or raise
         :class:`~wf.errors.OwnershipConflict` naming the current holder.
-        Held until :meth:`release_ownership`, :meth:`close` or process death."""
+        Held until :meth:`release_ownership`, :meth:`close` or process death.
+
+        Idempotent while ownership is held and unbroken. After a loss (see
+        :attr:`on_ownership_lost`) it takes ownership again under a new epoch; the
+        caller must then reload (:meth:`load`) before writing, because another
+        scheduler may have written meanwhile.
+        """
         ...
 
     async def release_ownership(self) -> None:
@@ -256,6 +288,17 @@ class Store(Protocol):
         """
         ...
 
+    async def prove_writable(self) -> None:
+        """Commit one write transaction that changes nothing anyone can see.
+
+        An owner reloading after a failed commit calls it (after
+        :meth:`acquire_ownership`) so that it says it accepts writes only once the
+        store took one: a reload only reads, and a full disk or a read-only database
+        reads fine. Raises :class:`~wf.errors.StoreUnavailable` (on PostgreSQL
+        :class:`~wf.errors.OwnershipLost` if the write fence moved) if it cannot.
+        """
+        ...
+
     async def load(self, *, finished_max: int = 100_000) -> StoredState:
         """The durable state as of the last committed append (see module docstring)."""
         ...
@@ -268,14 +311,27 @@ class Store(Protocol):
         """The activity's transitions, oldest first (append-only audit trail)."""
         ...
 
-    async def check(self) -> list[Diagnostic]:
-        """Integrity check: every contradiction in the stored records."""
+    async def history_page(
+        self, activity_id: str, *, after: int = 0, limit: int = 100
+    ) -> list[tuple[int, Transition]]:
+        """Up to ``limit`` (0-1,000) of the activity's transitions whose position is
+        greater than ``after``, oldest first, each with its position (a number the store
+        assigned, growing with every appended transition: the page key). Reads through
+        an index: the cost is the page's, not the history's."""
+        ...
+
+    async def check(self, bodies: BodyDecoders | None = None) -> list[Diagnostic]:
+        """Integrity check: every contradiction in the stored records, the database's
+        own integrity check, and every record of every table decoded (catalog bodies
+        by ``bodies``, see :mod:`wf.store.check`); a table the database cannot read
+        is reported (``damaged``), not raised."""
         ...
 
     # -- runtime catalog: artifacts and deployments (docs/workflows.md) --------
     # Catalog writes run in their own short transactions on the backend's write
     # path; they are independent of ``append`` (neither waits for nor fences the
-    # other) because no core record is computed from them.
+    # other) because no core record is computed from them. Both pass PostgreSQL's
+    # ownership fence (see the module docstring): a lost fence refuses them alike.
 
     async def put_artifact(self, row: ArtifactRow) -> ArtifactRow:
         """Store an artifact version; returns the stored row.
@@ -300,6 +356,19 @@ class Store(Protocol):
         """Every version of ``artifact_id`` (or of every artifact), by id then version."""
         ...
 
+    async def artifacts_page(
+        self,
+        *,
+        after: tuple[str, int] | None = None,
+        artifact_id: str | None = None,
+        limit: int = 100,
+    ) -> list[ArtifactRow]:
+        """Up to ``limit`` (0-1,000) artifact versions after the key ``after``
+        (``(artifact_id, version)``; ``None``: from the first), by id then version;
+        only ``artifact_id``'s versions when given (``after`` must then name it).
+        Reads through the primary key: the cost is the page's."""
+        ...
+
     async def put_deployment(self, row: DeploymentRow, *, expected_revision: int) -> None:
         """Store a deployment's next revision under optimistic concurrency.
 
@@ -317,6 +386,11 @@ class Store(Protocol):
 
     async def list_deployments(self) -> list[DeploymentRow]:
         """Every deployment, by id."""
+        ...
+
+    async def deployments_page(self, *, after: str = "", limit: int = 100) -> list[DeploymentRow]:
+        """Up to ``limit`` (0-1,000) deployments whose id sorts after ``after``, by id.
+        Reads through the primary key: the cost is the page's."""
         ...
 
     # -- runs (docs/workflows.md) ----------------------------------------------
@@ -385,6 +459,19 @@ class Store(Protocol):
 
     async def list_schedules(self, *, include_deleted: bool = False) -> list[ScheduleRow]:
         """Every schedule by id (deleted ones only when asked)."""
+        ...
+
+    async def schedules_page(
+        self,
+        *,
+        after: str = "",
+        limit: int = 100,
+        include_deleted: bool = False,
+        tenants: Sequence[str] | None = None,
+    ) -> list[ScheduleRow]:
+        """Up to ``limit`` (0-1,000) schedules whose id sorts after ``after``, by id;
+        deleted ones only when asked, and only those of ``tenants`` when given (the
+        filters run in the database, in the same statement)."""
         ...
 
     async def record_occurrences(

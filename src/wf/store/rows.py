@@ -90,7 +90,7 @@ def activity_from_row(row: Row) -> Activity | Diagnostic:
 
 
 def worker_from_row(row: Row) -> StoredWorker | Diagnostic:
-    worker_id, seq, info, status, registered_at = row
+    worker_id, seq, info, status, registered_at, updated_at = row
     try:
         decoded = codec.worker_info_decoder.decode(info)
         worker_status = WorkerStatus(status)
@@ -98,7 +98,13 @@ def worker_from_row(row: Row) -> StoredWorker | Diagnostic:
             raise ValueError(f"info names worker {decoded.worker_id!r}")
     except _DECODE_ERRORS as exc:
         return _malformed("workers", worker_id, "cannot decode", exc, None)
-    return StoredWorker(info=decoded, seq=seq, status=worker_status, registered_at=registered_at)
+    return StoredWorker(
+        info=decoded,
+        seq=seq,
+        status=worker_status,
+        registered_at=registered_at,
+        updated_at=updated_at,
+    )
 
 
 def cron_from_row(row: Row) -> StoredCron | Diagnostic:
@@ -235,7 +241,8 @@ def _last_transition_mismatch(row: Row) -> Diagnostic:
 
 def _counter_behind(row: Row) -> Diagnostic | None:
     name, value, observed = row
-    if value is not None and value >= observed:
+    # SQLite columns are dynamically typed: a non-integer counter is behind, not a crash.
+    if type(value) is int and type(observed) is int and value >= observed:
         return None
     return Diagnostic(
         kind="counter_behind",

@@ -80,26 +80,43 @@ and the lease-driven columns are read only for activities that were ever leased.
 in order at :meth:`~SQLiteStore.open`, each in one transaction together with
 its row in ``schema_migrations(version, name, applied_at)``. A database
 whose schema is newer than this code is refused (:class:`CorruptRecord`).
+
+*Opening.* A store is new only where ``scheduler.db`` does not exist: then
+it is built whole under a private name (all migrations applied, fsynced)
+and hard-linked into place, so a ``scheduler.db`` never exists half made.
+Any ``scheduler.db`` that does exist must therefore already be a wf store,
+and :meth:`~SQLiteStore.open` checks that before SQLite may change it: an
+empty file (once taken for a new store: everything silently gone), a file
+that is not SQLite, an SQLite database without wf's ``schema_migrations``
+(another application's), or one SQLite calls damaged is refused with one
+:class:`CorruptRecord` line naming the file. ``create=False`` (``wf store
+check``) never creates a folder or a file and never migrates: a missing store
+is :class:`~wf.errors.NotFound`. A store whose counters were rewound is
+refused later, by recovery (:mod:`wf.store.check`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import operator
+import os
 import queue
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import msgspec
 
-from wf.errors import CorruptRecord, StoreUnavailable, WfError
+from wf.errors import CorruptRecord, NotFound, OwnershipLost, StoreUnavailable, WfError
 from wf.scheduler.model import TERMINAL_STATES, Activity, ActivityState
 from wf.scheduler.outputs import Record, Transition
-from wf.store import codec, rows
+from wf.store import check as checks
+from wf.store import codec, pages, rows
 from wf.store.lock import FileOwnershipLock
 from wf.store.protocol import (
     ArtifactRow,
@@ -156,6 +173,16 @@ INLINE_BUSY_TIMEOUT_MS: Final = 0
 """The inline connection never waits for a lock: it must not stall the event loop.
 WAL readers meet a lock only in rare moments (another connection rebuilding the
 WAL index); a lookup that meets one retries on the thread path, which may wait."""
+
+SQLITE_HEADER: Final = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file."""
+_MIGRATIONS: Final = "schema_migrations"
+_DAMAGE: Final = (sqlite3.DatabaseError, UnicodeDecodeError)
+"""What reading a damaged file raises (a text that is not UTF-8 comes back as
+UnicodeDecodeError, not as an SQLite error)."""
+_SQLITE_CORRUPT: Final = 11
+_SQLITE_NOTADB: Final = 26
+"""Primary SQLite result codes of a damaged file and of a file that is not a database."""
 
 _MIGRATIONS_TABLE: Final = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -223,13 +250,19 @@ class _ClearFence:
 class SQLiteStore:
     """The :class:`~wf.store.protocol.Store` over SQLite in ``store_root``."""
 
-    def __init__(self, store_root: Path, *, durability: Durability = "fsync") -> None:
+    def __init__(
+        self, store_root: Path, *, durability: Durability = "fsync", create: bool = True
+    ) -> None:
         if durability not in ("fsync", "process"):
             raise ValueError(f"durability must be 'fsync' or 'process', not {durability!r}")
         self.root = Path(store_root)
         """The store folder (see the module docstring for its layout)."""
         self.durability: Durability = durability
         """The commit durability mode."""
+        self.create = create
+        """Whether :meth:`open` may create a missing store and apply pending migrations;
+        ``False`` opens only an existing, current store and changes nothing in it
+        (``wf store check``)."""
         self.db_path = self.root / DB_NAME
         self.lock = FileOwnershipLock(self.root / LOCK_NAME)
         self._write: sqlite3.Connection | None = None
@@ -266,16 +299,30 @@ class SQLiteStore:
         """Group-commit transactions committed so far (written by the writer thread)."""
         self.appends_committed = 0
         """Appends acknowledged so far; over ``commits`` it is the mean batch size."""
+        self.on_ownership_lost: Callable[[OwnershipLost], None] | None = None
+        """Never called: the file lock lives as long as this process (see the protocol)."""
 
     # ------------------------------------------------------------- lifecycle
 
     async def open(self) -> None:
-        """Create the folder, connect, and apply pending migrations."""
+        """Create the folder and a new store if there is none, check that the file is
+        a wf store, connect, and apply pending migrations (see *Opening* in the module
+        docstring). A file that is empty, not SQLite, another application's database
+        or damaged is refused with :class:`CorruptRecord` naming it; with
+        ``create=False`` a missing store is :class:`NotFound` and pending migrations
+        are refused instead of applied."""
         if self._write is not None:
             return
         if self._closed:
             raise StoreUnavailable("the store was closed", store=str(self.root))
-        await asyncio.to_thread(self._open_sync)
+        try:
+            await asyncio.to_thread(self._open_sync)
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            raise self._refusal(exc) from exc
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"cannot open store {self.db_path}: {exc.strerror or exc}", path=str(self.db_path)
+            ) from exc
         try:
             self._open_inline()
         except BaseException:
@@ -319,8 +366,22 @@ class SQLiteStore:
         return True
 
     def _open_sync(self) -> None:
-        for folder in (self.root, self.root / SCHEDULES_DIR, self.root / RUNS_DIR):
-            folder.mkdir(parents=True, exist_ok=True)
+        if self.create:
+            self.root.mkdir(parents=True, exist_ok=True)
+            if not os.path.lexists(self.db_path):
+                self._create_db()
+        elif not self.root.is_dir():
+            raise NotFound(
+                f"no store at {self.root}: the folder does not exist", path=str(self.root)
+            )
+        elif not os.path.lexists(self.db_path):
+            raise NotFound(
+                f"no store at {self.root}: it holds no {DB_NAME}", path=str(self.db_path)
+            )
+        self._inspect()
+        if self.create:
+            for folder in (self.root / SCHEDULES_DIR, self.root / RUNS_DIR):
+                folder.mkdir(exist_ok=True)
         write = self._connect()
         read: sqlite3.Connection | None = None
         try:
@@ -330,7 +391,10 @@ class SQLiteStore:
             write.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
             # The writer thread checkpoints between commits, never a commit (module doc).
             write.execute("PRAGMA wal_autocheckpoint=0")
-            self._migrate(write)
+            if self.create:
+                self._migrate(write)
+            else:
+                self._require_current(write)
             read = self._connect()
             read.execute("PRAGMA query_only=ON")
             read.execute(f"PRAGMA mmap_size={READ_MMAP_BYTES}")
@@ -343,6 +407,90 @@ class SQLiteStore:
         self._write = write
         self._read = read
         self._checkpointing = checkpointing
+
+    def _create_db(self) -> None:
+        """A new store's database, built whole under a private name and linked into
+        place: ``scheduler.db`` never exists half made, so an empty or partial one is
+        always damage, never a store being created (see *Opening*)."""
+        fresh = self.root / f".{DB_NAME}.{os.getpid()}.{threading.get_ident()}.new"
+        private = (fresh, fresh.with_name(fresh.name + "-journal"))
+        for leftover in private:
+            leftover.unlink(missing_ok=True)
+        try:
+            conn = sqlite3.connect(fresh, isolation_level=None)
+            try:
+                conn.execute("PRAGMA synchronous=FULL")
+                self._migrate(conn)
+            finally:
+                conn.close()
+            fd = os.open(fresh, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _link_new(fresh, self.db_path)
+            _fsync_dir(self.root)
+        finally:
+            for leftover in private:
+                leftover.unlink(missing_ok=True)
+
+    def _inspect(self) -> None:
+        """Refuse a ``scheduler.db`` that is not a wf store, before SQLite may change it:
+        empty, not SQLite, another application's database, or damaged."""
+        path = self.db_path
+        with open(path, "rb") as file:
+            header = file.read(len(SQLITE_HEADER))
+        if not header:
+            raise CorruptRecord(
+                f"store file {path} is empty (0 bytes), not a wf store; a new store is "
+                f"created only where no {DB_NAME} exists: restore it or move it away",
+                path=str(path),
+            )
+        if header != SQLITE_HEADER:
+            raise CorruptRecord(
+                f"store file {path} is not an SQLite database, not a wf store", path=str(path)
+            )
+        uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode=rw"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            tables = {
+                str(name)
+                for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+            if _MIGRATIONS not in tables:
+                held = ", ".join(sorted(tables)[:5]) or "no tables"
+                raise CorruptRecord(
+                    f"store file {path} is an SQLite database but not a wf store "
+                    f"(no {_MIGRATIONS} table; it holds {held})",
+                    path=str(path),
+                )
+            try:
+                applied = conn.execute(f"SELECT version, name FROM {_MIGRATIONS}").fetchall()
+            except sqlite3.OperationalError as exc:
+                raise CorruptRecord(
+                    f"store file {path} is an SQLite database but not a wf store ({exc})",
+                    path=str(path),
+                ) from exc
+            if not applied and tables - {_MIGRATIONS}:
+                raise CorruptRecord(
+                    f"store file {path} is an SQLite database but not a wf store "
+                    f"(tables without recorded migrations)",
+                    path=str(path),
+                )
+        finally:
+            conn.close()
+
+    def _refusal(self, exc: sqlite3.Error | UnicodeDecodeError) -> WfError:
+        """The error :meth:`open` raises for an SQLite error: damage names the file."""
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or isinstance(exc, UnicodeDecodeError):
+            return CorruptRecord(
+                f"store file {self.db_path} is damaged: {exc}", path=str(self.db_path)
+            )
+        return StoreUnavailable(
+            f"cannot open store file {self.db_path}: {exc}", path=str(self.db_path)
+        )
 
     def _open_inline(self) -> None:
         """Connect the inline lookup connection on this (the event-loop) thread.
@@ -376,8 +524,6 @@ class SQLiteStore:
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Apply every pending migration, each with its ``schema_migrations`` row."""
-        known = codec.migrations("sqlite")
-        code_version = known[-1][0] if known else 0
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute(_MIGRATIONS_TABLE)
@@ -386,22 +532,7 @@ class SQLiteStore:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        newest = max(applied, default=0)
-        if newest > code_version:
-            raise CorruptRecord(
-                f"store {self.db_path} has schema version {newest}, newer than this "
-                f"code's {code_version}; upgrade wf",
-                schema_version=newest,
-                code_version=code_version,
-            )
-        names = {version: name for version, name, _sql in known}
-        for version, name in applied.items():
-            if names.get(version) != name:
-                raise CorruptRecord(
-                    f"store {self.db_path} recorded migration {version} as {name!r}, "
-                    f"which this code calls {names.get(version)!r}",
-                    version=version,
-                )
+        known = self._known_migrations(applied)
         for version, name, sql in known:
             if version in applied:
                 continue
@@ -423,6 +554,20 @@ class SQLiteStore:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+
+    def _require_current(self, conn: sqlite3.Connection) -> None:
+        """Refuse a store whose schema is not exactly this code's (``create=False``
+        never migrates)."""
+        applied = dict(conn.execute("SELECT version, name FROM schema_migrations"))
+        known = codec.migrations("sqlite")
+        checks.verify_migrations(applied, known, str(self.db_path), pending_ok=False)
+
+    def _known_migrations(self, applied: dict[int, str]) -> list[tuple[int, str, str]]:
+        """This code's migrations, once ``applied`` is known to be a prefix of them
+        (CorruptRecord otherwise)."""
+        known = codec.migrations("sqlite")
+        checks.verify_migrations(applied, known, str(self.db_path), pending_ok=True)
+        return known
 
     async def close(self) -> None:
         """Flush pending appends, stop the writer, release ownership, disconnect."""
@@ -484,6 +629,16 @@ class SQLiteStore:
         self._enqueued += 1
         self._queue.put(_ClearFence(future, loop))
         await future
+
+    async def prove_writable(self) -> None:
+        """Change a counter and change it back in a transaction of its own (see the
+        protocol): SQLite writes the page, so a full disk or a failing device refuses it."""
+        try:
+            await self._write_tx(_rewrite_counter)
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(
+                f"the store does not take writes: {exc.message}", store=str(self.root)
+            ) from exc
 
     async def append(self, records: Sequence[Record]) -> None:
         """Persist ``records`` in one group commit; return once committed."""
@@ -705,6 +860,20 @@ class SQLiteStore:
         result: list[ArtifactRow] = await self._reading(run)
         return result
 
+    async def artifacts_page(
+        self,
+        *,
+        after: tuple[str, int] | None = None,
+        artifact_id: str | None = None,
+        limit: int = 100,
+    ) -> list[ArtifactRow]:
+        """Up to ``limit`` artifact versions after the key ``after`` (see the protocol)."""
+        sql, params = pages.artifacts_page(
+            postgres=False, after=after, artifact_id=artifact_id, limit=limit
+        )
+        result: list[ArtifactRow] = await self._page(sql, params, rows.artifact_from_row)
+        return result
+
     async def put_deployment(self, row: DeploymentRow, *, expected_revision: int) -> None:
         """Store a deployment's next revision if it is still at ``expected_revision``."""
         rows.check_deployment_revision(row, expected_revision)
@@ -745,6 +914,12 @@ class SQLiteStore:
             return [rows.deployment_from_row(r) for r in conn.execute(q["select_deployments"])]
 
         result: list[DeploymentRow] = await self._reading(run)
+        return result
+
+    async def deployments_page(self, *, after: str = "", limit: int = 100) -> list[DeploymentRow]:
+        """Up to ``limit`` deployments after the id ``after``, by id."""
+        sql, params = pages.deployments_page(postgres=False, after=after, limit=limit)
+        result: list[DeploymentRow] = await self._page(sql, params, rows.deployment_from_row)
         return result
 
     # ------------------------------------------------------------------ runs
@@ -859,6 +1034,27 @@ class SQLiteStore:
         result: list[ScheduleRow] = await self._reading(run)
         return result
 
+    async def schedules_page(
+        self,
+        *,
+        after: str = "",
+        limit: int = 100,
+        include_deleted: bool = False,
+        tenants: Sequence[str] | None = None,
+    ) -> list[ScheduleRow]:
+        """Up to ``limit`` schedules after the id ``after``, by id, filtered in SQL."""
+        query = pages.schedules_page(
+            postgres=False,
+            after=after,
+            limit=limit,
+            include_deleted=include_deleted,
+            tenants=tenants,
+        )
+        if query is None:
+            return []
+        result: list[ScheduleRow] = await self._page(*query, rows.schedule_from_row)
+        return result
+
     async def record_occurrences(
         self,
         schedule: ScheduleRow,
@@ -912,6 +1108,18 @@ class SQLiteStore:
 
         return await self._reading(run)
 
+    async def _page(
+        self, sql: str, params: dict[str, Any], decode: Callable[[Any], Any]
+    ) -> list[Any]:
+        """One page query's rows, decoded in the reading thread (a page is at most
+        ``pages.STORE_PAGE_ROWS_MAX`` rows, so the loop never waits on a big read)."""
+
+        def run(conn: sqlite3.Connection) -> list[Any]:
+            return [decode(r) for r in conn.execute(sql, params)]
+
+        result: list[Any] = await self._reading(run)
+        return result
+
     async def _reading(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn`` on the read connection in a thread, inside one read transaction."""
         conn = self._require_open()
@@ -928,14 +1136,22 @@ class SQLiteStore:
             return await asyncio.to_thread(run)
         except sqlite3.Error as exc:
             raise StoreUnavailable(
-                f"read failed: {type(exc).__name__}: {exc}", store=str(self.root)
+                f"reading store {self.db_path} failed: {type(exc).__name__}: {exc}",
+                store=str(self.root),
+            ) from exc
+        except UnicodeDecodeError as exc:
+            # SQLite hands back a text value that is not UTF-8: the file is damaged.
+            raise CorruptRecord(
+                f"store file {self.db_path} is damaged: a stored text is not UTF-8 ({exc})",
+                store=str(self.root),
             ) from exc
 
     async def load(self, *, finished_max: int = 100_000) -> StoredState:
         """The durable state as of the last commit; corrupt rows become diagnostics."""
         if finished_max < 0:
             raise ValueError("finished_max must not be negative")
-        state: StoredState = await self._reading(lambda c: _load(c, finished_max))
+        where = str(self.db_path)
+        state: StoredState = await self._reading(lambda c: _load(c, finished_max, where))
         return state
 
     async def existing_activity_ids(self, ids: Sequence[str]) -> set[str]:
@@ -1009,13 +1225,82 @@ class SQLiteStore:
         result: list[Transition] = await self._reading(run)
         return result
 
-    async def check(self) -> list[Diagnostic]:
-        """Every contradiction and malformed row in the store."""
-        result: list[Diagnostic] = await self._reading(_check)
+    async def history_page(
+        self, activity_id: str, *, after: int = 0, limit: int = 100
+    ) -> list[tuple[int, Transition]]:
+        """Up to ``limit`` of the activity's transitions after position ``after``."""
+        sql, params = pages.history_page(
+            postgres=False, activity_id=activity_id, after=after, limit=limit
+        )
+        result: list[tuple[int, Transition]] = await self._page(
+            sql, params, pages.positioned_transition
+        )
         return result
+
+    async def check(self, bodies: checks.BodyDecoders | None = None) -> list[Diagnostic]:
+        """Every contradiction, malformed row and damaged page in the store: SQLite's
+        own ``PRAGMA integrity_check``, the contradiction queries, and every record
+        of every table decoded (catalog bodies by ``bodies``, see
+        :mod:`wf.store.check`)."""
+        conn = self._require_open()
+        where = str(self.db_path)
+
+        def run() -> list[Diagnostic]:
+            with self._read_lock:
+                conn.execute("BEGIN")
+                try:
+                    found = _check(conn, bodies, where)
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("COMMIT")
+                    raise
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.DatabaseError as exc:
+                    # A read that met damage may report it again as it ends; the
+                    # transaction is over all the same, and the reads stand.
+                    if conn.in_transaction:
+                        raise
+                    if not found:
+                        found.append(checks.damaged(where, "database", exc))
+                return found
+
+        try:
+            return await asyncio.to_thread(run)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(
+                f"reading store {self.db_path} failed: {type(exc).__name__}: {exc}",
+                store=str(self.root),
+            ) from exc
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _link_new(fresh: Path, target: Path) -> None:
+    """Put ``fresh`` in place as ``target`` unless ``target`` exists by now.
+
+    A hard link, not a rename: a store another process created meanwhile is kept,
+    never replaced by an empty one. A file system without hard links gets a rename
+    after a last look (the window is the two calls)."""
+    try:
+        os.link(fresh, target)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        if not os.path.lexists(target):
+            os.rename(fresh, target)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a new directory entry in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -1036,6 +1321,13 @@ def _deliver(call: _Call, result: Any, error: BaseException | None) -> None:
 
     with contextlib.suppress(RuntimeError):  # that loop is already closed
         call.loop.call_soon_threadsafe(settle)
+
+
+def _rewrite_counter(conn: sqlite3.Connection) -> None:
+    # Raised and lowered back: SQLite skips writing a row updated to its own value,
+    # and a page changed twice is still written.
+    conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'seq'")
+    conn.execute("UPDATE counters SET value = value - 1 WHERE name = 'seq'")
 
 
 def _run_call(conn: sqlite3.Connection, call: _Call) -> None:
@@ -1147,7 +1439,8 @@ def _decode_specs(specs: list[bytes]) -> list[Activity | None] | None:
         decoded: list[Activity | None] = list(
             _activity_list_decoder.decode(b"\xdd" + n.to_bytes(4, "big") + b"".join(specs))
         )
-    except (msgspec.DecodeError, TypeError):
+    # ValueError: msgspec reports a str that is not UTF-8 as UnicodeDecodeError.
+    except (msgspec.DecodeError, TypeError, ValueError):
         return None
     return decoded if len(decoded) == n else None
 
@@ -1158,8 +1451,8 @@ def _decode_one(spec: object) -> Activity | str:
         return f"spec is {type(spec).__name__}, not a blob"
     try:
         return codec.activity_decoder.decode(spec)
-    except msgspec.DecodeError as exc:
-        return f"spec blob is not a valid Activity ({exc})"
+    except (msgspec.DecodeError, ValueError) as exc:
+        return f"spec blob is not a valid Activity ({type(exc).__name__}: {exc})"
 
 
 _LIVE_STATES: Final = tuple(s for s in ActivityState if s not in TERMINAL_STATES)
@@ -1292,10 +1585,15 @@ _SELECT_LIFECYCLE: Final = (
 """The lifecycle columns of the activities :data:`_SELECT_LIVE` marked as touched."""
 
 
-def _load(conn: sqlite3.Connection, finished_max: int) -> StoredState:
+def _load(conn: sqlite3.Connection, finished_max: int, where: str) -> StoredState:
     q = codec.queries()
     diagnostics: list[Diagnostic] = []
     counters = rows.counters_from_rows(conn.execute(q["select_counters"]).fetchall(), diagnostics)
+    # Recovery refuses a rewound counter (wf.store.check); its one full scan, for
+    # the largest token, costs ~60 ms per 10^6 activities.
+    diagnostics.extend(
+        checks.counters_behind(conn.execute(q[checks.COUNTERS_QUERY]).fetchall(), where)
+    )
     activities = _live_activities(conn, diagnostics)
     finished: list[tuple[str, ActivityState]] = []
     if finished_max:
@@ -1330,21 +1628,55 @@ def _crons(conn: sqlite3.Connection, diagnostics: list[Diagnostic]) -> list[Stor
     return rows.decode_all(fetched, rows.cron_from_row, diagnostics)
 
 
-def _check(conn: sqlite3.Connection) -> list[Diagnostic]:
+def _check(
+    conn: sqlite3.Connection, bodies: checks.BodyDecoders | None, where: str
+) -> list[Diagnostic]:
+    """``check`` in one read transaction. A step SQLite cannot finish (a damaged
+    page) is reported and the next one still runs, so one bad page hides nothing else."""
     q = codec.queries()
-    found: list[Diagnostic] = []
+    record = checks.RecordCheck(bodies, where)
+    found = record.found
+    try:
+        lines = conn.execute(f"PRAGMA integrity_check({checks.INTEGRITY_ERRORS_MAX})")
+        record.integrity(str(line) for (line,) in lines.fetchall())
+    except _DAMAGE as exc:
+        record.damaged("database", exc)
     for name, to_diagnostic in rows.CHECKS:
-        for row in conn.execute(q[name]):
-            diagnostic = to_diagnostic(row)
-            if diagnostic is not None:
-                found.append(diagnostic)
-    found.extend(_scan_malformed(conn))
+        try:
+            for row in conn.execute(q[name]).fetchall():
+                diagnostic = to_diagnostic(row)
+                if diagnostic is not None:
+                    found.append(diagnostic)
+        except _DAMAGE as exc:
+            record.damaged(name.removeprefix("check_"), exc)
+    _scan_malformed(conn, record)
+    for scan in checks.SCANS:
+        try:
+            cursor = conn.execute(scan.sql)
+            while batch := cursor.fetchmany(FETCH_ROWS_MAX):
+                record.rows(scan.table, batch)
+        except _DAMAGE as exc:
+            record.damaged(scan.table, exc)
     return found
 
 
-def _scan_malformed(conn: sqlite3.Connection) -> list[Diagnostic]:
-    """Every row whose blob or state does not decode (a full scan)."""
-    found: list[Diagnostic] = []
+def _scan_malformed(conn: sqlite3.Connection, record: checks.RecordCheck) -> None:
+    """Every activity, worker and cron row whose blob or state does not decode (full
+    scans); a table SQLite cannot read to the end is reported as damaged."""
+    found = record.found
+    try:
+        _scan_activities(conn, found)
+    except _DAMAGE as exc:
+        record.damaged("activities", exc)
+    for table, scan in (("workers", _workers), ("crons", _crons)):
+        try:
+            scan(conn, found)
+        except _DAMAGE as exc:
+            record.damaged(table, exc)
+
+
+def _scan_activities(conn: sqlite3.Connection, found: list[Diagnostic]) -> None:
+    """Every activity row whose blob or state does not decode, or names another row."""
     cursor = conn.execute("SELECT activity_id, seq, spec, state FROM activities ORDER BY seq")
     while batch := cursor.fetchmany(FETCH_ROWS_MAX):
         specs = [row[2] for row in batch]
@@ -1367,6 +1699,3 @@ def _scan_malformed(conn: sqlite3.Connection) -> list[Diagnostic]:
                         str(aid),
                     )
                 )
-    _workers(conn, found)
-    _crons(conn, found)
-    return found

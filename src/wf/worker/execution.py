@@ -20,6 +20,8 @@ from typing import Any, Final
 
 import msgspec
 
+from wf.errors import InvalidArgument
+from wf.wire.bounds import NAME_LENGTH_MAX, check_json_bytes
 from wf.worker.activity import (
     ActivityCancelled,
     ActivityContext,
@@ -62,12 +64,17 @@ class Abandoned:
 Ending = Succeeded | Failed | Abandoned
 
 
+_CONTROL: Final = dict.fromkeys([*range(0x20), 0x7F], "?")
+
+
 def _failed(exc: BaseException) -> Failed:
-    message = str(exc)
+    # The server refuses NUL in text and control characters in names (wf.wire.bounds);
+    # an exception's own words must never make its failure unreportable.
+    message = str(exc).replace("\x00", "\\0")
     if len(message) > ERROR_MESSAGE_MAX:
         message = message[: ERROR_MESSAGE_MAX - 3] + "..."
     return Failed(
-        error_type=type(exc).__name__,
+        error_type=type(exc).__name__.translate(_CONTROL)[:NAME_LENGTH_MAX] or "Error",
         message=message,
         retryable=not isinstance(exc, NonRetryableError),
     )
@@ -159,10 +166,18 @@ async def execute(
     if context.cancelled:
         return Abandoned(context.cancel_reason or "cancelled")
     try:
-        return Succeeded(encode_result(value))
-    except (TypeError, msgspec.EncodeError) as exc:
+        return Succeeded(check_json_bytes(encode_result(value), "result"))
+    except (TypeError, RecursionError, msgspec.EncodeError) as exc:
         return Failed(
             error_type="ResultNotSerializable",
-            message=f"the return value is not JSON-serializable: {exc}",
+            message=f"the return value is not JSON-serializable: {exc}"[:ERROR_MESSAGE_MAX],
+            retryable=False,
+        )
+    except InvalidArgument as exc:
+        # Checked here, at the edge of the process that produced it: the server would
+        # refuse the same result, and the attempt would be lost instead of failed.
+        return Failed(
+            error_type="ResultOutOfBounds",
+            message=f"the return value is out of bounds: {exc.message}",
             retryable=False,
         )

@@ -57,6 +57,10 @@ ON CONFLICT (worker_id) DO UPDATE SET
     registered_at = excluded.registered_at,
     updated_at = excluded.updated_at;
 
+-- name: delete_worker
+-- A departed worker forgotten after its retention (WorkerRemoved).
+DELETE FROM workers WHERE worker_id = :worker_id;
+
 -- name: upsert_cron
 -- A cron entry registered or advanced (CronUpserted).
 INSERT INTO crons (cron_id, expression, timezone, next_fire_at, template, updated_at)
@@ -96,8 +100,8 @@ ORDER BY id DESC
 LIMIT :limit;
 
 -- name: select_workers
--- Every worker in registration order.
-SELECT worker_id, seq, info, status, registered_at FROM workers ORDER BY seq;
+-- Every worker in registration order (a departed worker's updated_at is its departure).
+SELECT worker_id, seq, info, status, registered_at, updated_at FROM workers ORDER BY seq;
 
 -- name: select_crons
 -- Every cron entry.
@@ -108,6 +112,13 @@ SELECT cron_id, expression, timezone, next_fire_at, template FROM crons ORDER BY
 SELECT activity_id, at, from_state, to_state, reason, attempt, failures, infra_requeues,
        steals, token, worker_id, lease_expires_at, not_before, error, result
 FROM transitions WHERE activity_id = :activity_id ORDER BY id;
+
+-- name: select_history_page
+-- A page of one activity's transitions after a transition id, oldest first, with the id.
+SELECT activity_id, at, from_state, to_state, reason, attempt, failures, infra_requeues,
+       steals, token, worker_id, lease_expires_at, not_before, error, result, id
+FROM transitions WHERE activity_id = :activity_id AND id > :after
+ORDER BY id LIMIT :limit;
 
 -- name: check_orphan_transitions
 -- Transitions whose activity does not exist.
@@ -182,6 +193,18 @@ WHERE artifact_id = :artifact_id ORDER BY version;
 SELECT artifact_id, version, plan, content_hash, created_at FROM artifacts
 ORDER BY artifact_id, version;
 
+-- name: select_artifacts_page
+-- A page of artifact versions after (artifact_id, version), by id then version.
+SELECT artifact_id, version, plan, content_hash, created_at FROM artifacts
+WHERE (artifact_id, version) > (:after_id, :after_version)
+ORDER BY artifact_id, version LIMIT :limit;
+
+-- name: select_artifact_versions_page
+-- A page of one artifact's versions after a version, oldest first.
+SELECT artifact_id, version, plan, content_hash, created_at FROM artifacts
+WHERE artifact_id = :artifact_id AND version > :after_version
+ORDER BY version LIMIT :limit;
+
 -- name: insert_deployment
 -- A deployment's first revision; an existing id is left untouched (a conflict).
 INSERT INTO deployments (deployment_id, body, revision, updated_at)
@@ -201,6 +224,12 @@ WHERE deployment_id = :deployment_id;
 -- name: select_deployments
 -- Every deployment, by id.
 SELECT deployment_id, body, revision, updated_at FROM deployments ORDER BY deployment_id;
+
+-- name: select_deployments_page
+-- A page of deployments after an id, by id.
+SELECT deployment_id, body, revision, updated_at FROM deployments
+WHERE deployment_id > :after
+ORDER BY deployment_id LIMIT :limit;
 
 -- name: next_run_seq
 -- Raise the run counter by one and return it (in insert_run's transaction).
@@ -281,6 +310,13 @@ ORDER BY schedule_id;
 -- Every schedule, deleted ones included, by id.
 SELECT schedule_id, tenant, deployment_id, status, body, revision, created_at, updated_at
 FROM schedules ORDER BY schedule_id;
+
+-- name: select_schedules_page
+-- A page of schedules after an id, by id; schedules_page puts its filters (fixed column
+-- tests, values bound as parameters) in place of the marker.
+SELECT schedule_id, tenant, deployment_id, status, body, revision, created_at, updated_at
+FROM schedules WHERE schedule_id > :after /* filters */
+ORDER BY schedule_id LIMIT :limit;
 
 -- name: insert_occurrence
 -- One recorded occurrence; an existing (schedule_id, instant) is left untouched.
