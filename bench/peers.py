@@ -1,4 +1,4 @@
-"""Side-by-side benchmark: wf against Celery, RQ and Procrastinate on this machine.
+"""Side-by-side benchmark: wf against Celery, RQ, Procrastinate and Dramatiq on this machine.
 
 Theory of operation
 -------------------
@@ -9,26 +9,38 @@ peer is not installed: ``uv sync --group bench``) is reported as not
 measured and the run goes on; so does a system whose setup fails (say, Redis
 is down).
 
-Repetitions alternate the systems A B A B: repetition *r* runs every system
-once, in the discovery order rotated by *r*, each from a fresh namespace
-(:meth:`System.setup` ... :meth:`System.teardown`), through the same
-workloads in the same order:
+Modes (``--mode``): ``stock``, the default and the headline, runs every
+system as its own quick start configures it (wf with no flag changed, one
+enqueue call per task, every peer at its defaults); ``tuned`` runs the
+suite's earlier settings, each listed by :meth:`System.non_defaults` next to
+its figures; ``both`` runs the two, stock first. A system runs in the modes
+its class lists (:attr:`System.modes`).
+
+Repetitions alternate the systems A B A B: repetition *r* runs every (mode,
+system) pair once, in the discovery order rotated by *r*, each from a fresh
+namespace (:meth:`System.setup` ... :meth:`System.teardown`), through the
+same workloads in the same order. Every workload runs in each worker shape
+of ``plan.shapes`` the system supports: 2 worker processes × 4 slots
+(``c4``), then 2 × 1 (``c1``); an RQ worker runs one job at a time, so RQ
+has ``c1`` only.
 
 * **W1 throughput** -- ``w1_count`` no-op tasks enqueued up front
-  (:meth:`System.enqueue_noop`, batched where the client API batches), then
-  2 worker processes are started; throughput = tasks / (last start − the
-  instant the workers were ready, or the first start if earlier). Once with
-  concurrency 1 per process (``c1``) and once with 8 (``c8``, only where the
-  system supports it). Worker boot time is reported apart.
-* **W2 light-load latency** -- with 2 idle worker processes (concurrency 1):
-  a few unmeasured warm-up tasks, then ``w2_count`` tasks submitted one at a
-  time on a fixed grid ``w2_gap_s`` apart; latency = start inside the worker
-  − the instant just before the submit call.
+  (:meth:`System.enqueue_noop`), then the worker processes are started;
+  throughput = tasks / (last start − the instant the workers were ready, or
+  the first start if earlier). Worker boot time is reported apart.
+* **W2 light-load latency** -- with idle workers: a few unmeasured warm-up
+  tasks, then ``w2_count`` tasks submitted one at a time on a fixed grid
+  ``w2_gap_s`` apart; latency = start inside the worker − the instant just
+  before the submit call.
 * **W3 delayed precision** -- on the same workers: ``w3_count`` tasks, one
   every ``w3_gap_s``, each due ``w3_ahead_s`` after its submission (so the
   figure is the timer's precision, not a backlog); lateness = start − due.
+* **W5 burst** -- on the same workers: ``w5_count`` delayed tasks submitted
+  back to back (one call each), all due at the same instant ``w5_ahead_s``
+  after the first submission; lateness = start − that instant. More tasks
+  than slots, so the figure includes working off the burst.
 * **W4 wf alone** -- registration and lease renewal round trips on each wf
-  variant's live server after W3 (``bench/e2e.py``'s code), then once per
+  variant's live server after W5 (``bench/e2e.py``'s code), then once per
   run: ready-queue operation scaling (``bench/core.py``'s ``bench_queue``)
   and recovery with ``recovery_queued`` queued activities on SQLite and on
   PostgreSQL (``bench/store.py``'s measurement: process start to the first
@@ -86,19 +98,27 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.peerlib import report  # noqa: E402
-from bench.peerlib.base import Recorder, System, percentile, task_ids, wait_for  # noqa: E402
+from bench.peerlib.base import (  # noqa: E402
+    MODES,
+    STOCK,
+    TUNED,
+    Recorder,
+    System,
+    percentile,
+    task_ids,
+    wait_for,
+)
 
 PEERLIB: Final = REPO / "bench" / "peerlib"
 DEFAULT_OUT: Final = REPO / "docs" / "benchmarks"
 PAGE: Final = REPO / "docs" / "benchmarks.md"
 REEXEC_ENV: Final = "WF_BENCH_PEERS_REEXEC"
 COMMAND_ENV: Final = "WF_BENCH_PEERS_COMMAND"
-BENCH_GROUP_MODULES: Final = ("matplotlib", "celery", "rq", "procrastinate")
+BENCH_GROUP_MODULES: Final = ("matplotlib", "celery", "rq", "procrastinate", "dramatiq")
 """Importable when the ``bench`` dependency group is installed."""
 PROCESSES: Final = 2
 """Worker processes of every workload."""
-LATENCY_CONCURRENCY: Final = 1
-"""Per-process concurrency of the W2/W3 workers."""
+MODE_CHOICES: Final = {STOCK: (STOCK,), TUNED: (TUNED,), "both": MODES}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,8 +126,9 @@ class Plan:
     """Sizes of one run (see the module docstring)."""
 
     repetitions: int
+    shapes: tuple[int, ...]
+    """Slots per worker process, one shape each (2 processes × slots), the headline first."""
     w1_count: int
-    w1_concurrencies: tuple[int, ...]
     w1_timeout_s: float
     w2_count: int
     w2_warmup: int
@@ -115,6 +136,8 @@ class Plan:
     w3_count: int
     w3_gap_s: float
     w3_ahead_s: float
+    w5_count: int
+    w5_ahead_s: float
     latency_timeout_s: float
     recovery_queued: int
     recovery_leased: int
@@ -123,8 +146,8 @@ class Plan:
 
 FULL: Final = Plan(
     repetitions=3,
+    shapes=(4, 1),
     w1_count=10_000,
-    w1_concurrencies=(1, 8),
     w1_timeout_s=600.0,
     w2_count=300,
     w2_warmup=10,
@@ -132,6 +155,8 @@ FULL: Final = Plan(
     w3_count=100,
     w3_gap_s=0.02,
     w3_ahead_s=2.0,
+    w5_count=100,
+    w5_ahead_s=2.0,
     latency_timeout_s=60.0,
     recovery_queued=1_000_000,
     recovery_leased=10_000,
@@ -139,8 +164,8 @@ FULL: Final = Plan(
 )
 QUICK: Final = Plan(
     repetitions=1,
+    shapes=(4, 1),
     w1_count=200,
-    w1_concurrencies=(1, 8),
     w1_timeout_s=120.0,
     w2_count=20,
     w2_warmup=3,
@@ -148,6 +173,8 @@ QUICK: Final = Plan(
     w3_count=10,
     w3_gap_s=0.01,
     w3_ahead_s=0.5,
+    w5_count=20,
+    w5_ahead_s=1.0,
     latency_timeout_s=60.0,
     recovery_queued=10_000,
     recovery_leased=100,
@@ -193,8 +220,13 @@ def discover() -> tuple[list[type[System]], dict[str, str]]:
     return found, failed
 
 
-def describe(cls: type[System]) -> str:
-    """The report's line for ``cls``: its ``description``, else its docstring's first line."""
+def describe(cls: type[System], mode: str | None = None) -> str:
+    """The report's line for ``cls`` (in ``mode``): its ``setup_line()``, else its
+    ``description``, else its docstring's first line."""
+    if mode is not None and mode in cls.modes:
+        line = cls(mode=mode).setup_line()
+        if line:
+            return line
     if cls.description:
         return cls.description
     first = (inspect.getdoc(cls) or "").split("\n", 1)[0]
@@ -252,7 +284,7 @@ def run_w1(
     system: System, recorder: Recorder, plan: Plan, concurrency: int, tag: str
 ) -> dict[str, Any]:
     recorder.clear()
-    ids = list(task_ids(f"{tag}w1c{concurrency}", plan.w1_count))
+    ids = list(task_ids(f"{tag}w1", plan.w1_count))
     began = time.time()
     system.enqueue_noop(ids)
     enqueued = time.time()
@@ -322,6 +354,26 @@ def run_w3(system: System, recorder: Recorder, plan: Plan, tag: str) -> dict[str
     return result
 
 
+def run_w5(system: System, recorder: Recorder, plan: Plan, tag: str) -> dict[str, Any]:
+    """``w5_count`` delayed tasks, submitted back to back, all due at one instant."""
+    recorder.clear()
+    ids = list(task_ids(f"{tag}w5", plan.w5_count))
+    began = time.time()
+    due_at = began + plan.w5_ahead_s
+    for task_id in ids:
+        system.submit_delayed(task_id, due_at)
+    submitted = time.time()
+    timeout = plan.w5_ahead_s + plan.latency_timeout_s
+    starts = wait_started(recorder, ids, timeout, "W5")
+    samples = [(starts[i] - due_at) * 1000.0 for i in ids]
+    result: dict[str, Any] = latency_summary(samples, report.W5_KEYS)
+    result["early"] = sum(1 for s in samples if s < 0)
+    result["submit_ms"] = round((submitted - began) * 1000.0, 2)
+    if submitted > due_at:
+        result["note"] = "the submissions ended after the due instant"
+    return result
+
+
 QUIET_IDLE: Final = 0.85
 """Share of CPU time idle (over ``QUIET_WINDOW_S``) at which the machine counts as quiet."""
 QUIET_WINDOW_S: Final = 1.0
@@ -360,15 +412,19 @@ def quiesce(quick: bool) -> tuple[float, float]:
     return time.monotonic() - began, idle
 
 
-def run_system(cls: type[System], plan: Plan, rep: int, root: Path) -> dict[str, Any]:
-    """One repetition of every workload on a fresh ``cls``; errors are recorded, not raised."""
+LATENCY_WORKLOADS: Final = (("w2", run_w2), ("w3", run_w3), ("w5", run_w5))
+
+
+def run_system(cls: type[System], mode: str, plan: Plan, rep: int, root: Path) -> dict[str, Any]:
+    """One repetition of every workload on a fresh ``cls`` in ``mode``; errors are
+    recorded, not raised."""
     run: dict[str, Any] = {"rep": rep, "errors": []}
-    workdir = root / f"rep{rep}-{cls.name}"
+    workdir = root / f"rep{rep}-{mode}-{cls.name}"
     folder = workdir / "recorder"
     folder.mkdir(parents=True, exist_ok=True)
     recorder = Recorder(folder)
-    tag = f"r{rep}"
-    system = cls()
+    system = cls(mode=mode)
+    shapes = [c for c in plan.shapes if c <= cls.max_concurrency_per_process]
 
     def attempt(what: str, step: Callable[[], Any]) -> Any:
         """``step()``'s value, or :data:`FAILED` (the error is recorded and printed)."""
@@ -389,21 +445,28 @@ def run_system(cls: type[System], plan: Plan, rep: int, root: Path) -> dict[str,
         if attempt("setup", lambda: system.setup(workdir, recorder)) is FAILED:
             return run
         w1: dict[str, Any] = {}
-        for c in plan.w1_concurrencies:
-            if c > cls.max_concurrency_per_process:
-                continue
-            result = attempt(f"W1 c{c}", lambda c=c: run_w1(system, recorder, plan, c, tag))
+        for c in shapes:
+            tag = f"r{rep}c{c}"
+            result = attempt(
+                f"W1 {PROCESSES}x{c}", lambda c=c, tag=tag: run_w1(system, recorder, plan, c, tag)
+            )
             if result is not FAILED:
-                w1[f"c{c}"] = result
+                w1[report.shape_key(c)] = result
         run["w1"] = w1
-        started = attempt(
-            "latency workers", lambda: system.start_workers(PROCESSES, LATENCY_CONCURRENCY)
-        )
-        if started is not FAILED:
-            for key, step in (("w2", run_w2), ("w3", run_w3)):
-                result = attempt(key.upper(), lambda step=step: step(system, recorder, plan, tag))
+        for c in shapes:
+            tag = f"r{rep}c{c}"
+            started = attempt(
+                f"workers {PROCESSES}x{c}", lambda c=c: system.start_workers(PROCESSES, c)
+            )
+            if started is FAILED:
+                continue
+            for key, step in LATENCY_WORKLOADS:
+                result = attempt(
+                    f"{key.upper()} {PROCESSES}x{c}",
+                    lambda step=step, tag=tag: step(system, recorder, plan, tag),
+                )
                 if result is not FAILED:
-                    run[key] = result
+                    run.setdefault(key, {})[report.shape_key(c)] = result
             attempt("stop workers", system.stop_workers)
         measure_rpc = getattr(system, "measure_rpc", None)
         if measure_rpc is not None:
@@ -489,6 +552,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--quick", action="store_true", help="tiny sizes, wf only, 1 repetition (CI smoke test)"
     )
     parser.add_argument(
+        "--mode",
+        choices=tuple(MODE_CHOICES),
+        default=STOCK,
+        help="stock: every system as its quick start configures it (default, the headline); "
+        "tuned: the suite's earlier settings, every non-default listed; both: stock, then tuned",
+    )
+    parser.add_argument(
         "--systems",
         help="comma-separated system names (default: every one found; --quick: wf)",
     )
@@ -541,18 +611,36 @@ def maybe_reexec(args: argparse.Namespace, argv: Sequence[str]) -> None:
 
 
 def rewrite_report(source: Path, found: list[type[System]], out: Path, page: Path | None) -> int:
-    """``--report-only``: the report of an earlier run, written again (same figures)."""
-    results = json.loads(source.read_text())
+    """``--report-only``: the report of an earlier run, written again (same figures; a
+    ``results.json`` from before the modes is read as one tuned run)."""
+    results = report.upgrade(json.loads(source.read_text()))
     by_name = {s.name: s for s in found}
-    for name, entry in results["systems"].items():
-        if not entry.get("description") and name in by_name:
-            entry["description"] = describe(by_name[name])
+    for mode, block in results["modes"].items():
+        for name, entry in block["systems"].items():
+            if not entry.get("description") and name in by_name:
+                entry["description"] = describe(by_name[name], mode)
     results.pop("charts_note", None)
     results["context"]["out"] = str(out)
     written = report.write_report(results, out, page)
     say("wrote " + ", ".join(str(p) for p in written))
     print(json.dumps(report.last_line(results), sort_keys=True), flush=True)
     return 0
+
+
+def system_entry(
+    cls: type[System], mode: str, runs: list[dict[str, Any]], shapes: Sequence[str]
+) -> dict[str, Any]:
+    """The results' entry of one system in one mode: its settings, summary and raw runs."""
+    system = cls(mode=mode)
+    return {
+        "description": describe(cls, mode),
+        "non_defaults": system.non_defaults(),
+        "durable": cls.durable,
+        "max_concurrency_per_process": cls.max_concurrency_per_process,
+        "summary": report.summarize(runs, shapes),
+        "errors": [e for r in runs for e in r["errors"]],
+        "runs": runs,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -573,6 +661,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     wanted = args.systems.split(",") if args.systems else (["wf"] if args.quick else None)
     found, unavailable = discover()
     systems = select(found, wanted, unavailable)
+    modes = MODE_CHOICES[args.mode]
+    units = [(mode, cls) for mode in modes for cls in systems if mode in cls.modes]
+    if wanted is not None:
+        for cls in systems:
+            if not any(c is cls for _, c in units):
+                unavailable[cls.name] = (
+                    f"runs only in the {' and '.join(cls.modes)} mode (`--mode {cls.modes[0]}`)"
+                )
     if args.out is not None:
         out, page = args.out.resolve(), None
     elif args.quick:
@@ -581,37 +677,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         out, page = DEFAULT_OUT, PAGE
     if args.report_only is not None:
         return rewrite_report(args.report_only, found, out, page)
-    mode = "quick" if args.quick else "full"
-    say(f"side-by-side benchmark ({mode}): {', '.join(s.name for s in systems) or 'no system'}")
+    size = "quick" if args.quick else "full"
+    say(
+        f"side-by-side benchmark ({size}, {' and '.join(modes)}): "
+        f"{', '.join(f'{m}/{c.name}' for m, c in units) or 'no system'}"
+    )
     for name, why in unavailable.items():
         say(f"  not measured: {name}: {why}")
+    shapes = [report.shape_key(c) for c in plan.shapes]
     context: dict[str, Any] = {
         "date": report.utc_now(),
-        "mode": mode,
+        "mode": size,
+        "modes": list(modes),
         "command": command_line(argv),
         "machine": report.machine(),
         "repetitions": plan.repetitions,
         "plan": dataclasses.asdict(plan),
         "processes": PROCESSES,
-        "latency_concurrency": LATENCY_CONCURRENCY,
+        "shapes": shapes,
         "out": str(out),
         "order": [],
     }
-    runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in systems}
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {(m, c.name): [] for m, c in units}
     scratch = Path(tempfile.mkdtemp(prefix="wf-bench-peers-"))
     try:
         for rep in range(plan.repetitions):
-            shift = rep % len(systems) if systems else 0
-            order = systems[shift:] + systems[:shift]
-            context["order"].append([s.name for s in order])
-            for cls in order:
-                say(f"== repetition {rep + 1}/{plan.repetitions}: {cls.name}")
+            shift = rep % len(units) if units else 0
+            order = units[shift:] + units[:shift]
+            context["order"].append([f"{m}/{c.name}" for m, c in order])
+            for mode, cls in order:
+                say(f"== repetition {rep + 1}/{plan.repetitions}: {mode}/{cls.name}")
                 waited, idle = quiesce(plan.quick)
                 say(f"  machine {idle:.0%} idle after {waited:.1f} s of waiting")
-                run = run_system(cls, plan, rep, scratch)
+                run = run_system(cls, mode, plan, rep, scratch)
                 run["quiesce"] = {"waited_s": round(waited, 2), "idle": round(idle, 3)}
-                runs[cls.name].append(run)
-        wf_names = {s.name for s in systems}
+                runs[mode, cls.name].append(run)
+        wf_names = {c.name for _, c in units}
         w4: dict[str, Any] = {}
         if not args.no_w4 and wf_names & {"wf", "wf-fsync", "wf-pg"}:
             w4 = run_w4_once(plan, "wf-pg" in wf_names, scratch)
@@ -619,27 +720,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     results: dict[str, Any] = {
         "context": context,
-        "systems": {
-            s.name: {
-                "description": describe(s),
-                "durable": s.durable,
-                "max_concurrency_per_process": s.max_concurrency_per_process,
-                "summary": report.summarize(runs[s.name]),
-                "errors": [e for r in runs[s.name] for e in r["errors"]],
-                "runs": runs[s.name],
+        "modes": {
+            mode: {
+                "systems": {
+                    c.name: system_entry(c, mode, runs[mode, c.name], shapes)
+                    for m, c in units
+                    if m == mode
+                }
             }
-            for s in systems
+            for mode in modes
         },
         "unavailable": unavailable,
         "w4": w4,
     }
-    results["ratios"] = report.compute_ratios(
-        {n: e["summary"] for n, e in results["systems"].items()}
-    )
-    results["targets"] = [
-        {"figure": k, "target": t, "value": v, "met": m}
-        for k, t, v, m in report.target_checks(results)
-    ]
+    results["ratios"] = report.all_ratios(results)
+    results["targets"] = report.targets_json(results)
     written = report.write_report(results, out, page)
     say("wrote " + ", ".join(str(p) for p in written))
     print(json.dumps(report.last_line(results), sort_keys=True), flush=True)

@@ -18,9 +18,10 @@ Every system (wf and each peer) is driven the same way by ``bench/peers.py``:
    while it waits the workers may already run W1 tasks (the driver counts
    from the first start if that comes before the return).
 3. Work is enqueued by the benchmark process (the "client") with
-   :meth:`enqueue_noop` (W1, up front, as fast as the system's client API
-   allows, batched where the API offers batching), :meth:`submit_one` (W2,
-   one at a time) and :meth:`submit_delayed` (W3, to start at an instant).
+   :meth:`enqueue_noop` (W1, up front: one enqueue call per task in the
+   ``stock`` mode, batched where the client API batches in the ``tuned``
+   mode), :meth:`submit_one` (W2, one at a time) and :meth:`submit_delayed`
+   (W3 and W5, to start at an instant).
 4. The task body is the same for every system: :func:`record_start`, which
    appends ``<task id> <time.time()>`` to a per-process file in the
    recorder folder (one ``os.write`` on an ``O_APPEND`` descriptor), then
@@ -38,6 +39,26 @@ else every concrete :class:`System` subclass defined in it; a module that
 fails to import (its peer is not installed) is reported as not measured.
 :attr:`System.description` is the line the reports show for it.
 
+Modes. Every system is constructed in one *mode* (``mode=`` keyword of its
+constructor, :data:`STOCK` unless said otherwise):
+
+* ``stock`` -- the system as its own quick start configures it: its command
+  line and client API with every default left as it is, one enqueue call
+  per task. The only settings a stock system is given are the worker shape
+  (processes × per-process concurrency, the same for every system) and what
+  isolates one run from another on the shared services (queue names, key
+  prefixes, databases, worker names, ports, folders), which change no
+  behaviour.
+* ``tuned`` -- the settings the suite used before the stock mode existed
+  (wf: ``durability: process``, prefetch, idempotent submissions, batched
+  enqueues; the peers: their batching APIs and quieter logs).
+
+:meth:`System.non_defaults` lists every setting of the mode that is not the
+system's default (empty for a stock system apart from a store choice such as
+wf's PostgreSQL variant); the report prints it next to the figures.
+:attr:`System.modes` says in which modes a class runs (``wf-fsync`` is stock
+``wf``, so it runs only tuned; RQ's ``SimpleWorker`` is not RQ's default).
+
 Durability is reported, not assumed: :attr:`System.durable` says whether an
 acknowledged enqueue survives a SIGKILL of the broker/server (wf: committed
 to SQLite or PostgreSQL before the answer; Celery/RQ on Redis without AOF:
@@ -53,6 +74,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
+
+STOCK = "stock"
+"""Every system as its quick start configures it (see the module docstring)."""
+TUNED = "tuned"
+"""The suite's earlier, tuned settings (see the module docstring)."""
+MODES = (STOCK, TUNED)
+"""Every mode, in report order (the headline first)."""
 
 RECORDER_ENV = "WF_BENCH_RECORDER_DIR"
 """Environment variable naming the recorder folder in worker processes."""
@@ -127,6 +155,26 @@ class System(ABC):
     """Largest per-process concurrency it supports (RQ: 1)."""
     description: ClassVar[str] = ""
     """One line for the reports: broker/store, worker pool, notable settings."""
+    modes: ClassVar[tuple[str, ...]] = MODES
+    """The modes this system runs in (see the module docstring)."""
+
+    def __init__(self, *, mode: str = STOCK) -> None:
+        if mode not in self.modes:
+            raise ValueError(f"{self.name} does not run in mode {mode!r} (only {self.modes})")
+        self.mode = mode
+
+    @property
+    def tuned(self) -> bool:
+        return self.mode == TUNED
+
+    def setup_line(self) -> str:
+        """The report's one line for this system in its mode (default: :attr:`description`)."""
+        return self.description
+
+    def non_defaults(self) -> list[str]:
+        """Every setting of this mode that is not the system's own default, one line each
+        (the worker shape and run isolation aside: see the module docstring)."""
+        return []
 
     @abstractmethod
     def setup(self, workdir: Path, recorder: Recorder) -> None:
@@ -150,7 +198,7 @@ class System(ABC):
 
     @abstractmethod
     def submit_delayed(self, task_id: str, due_at: float) -> None:
-        """W3: submit a no-op task that must start at ``due_at`` (POSIX seconds)."""
+        """W3, W5: submit a no-op task that must start at ``due_at`` (POSIX seconds)."""
 
     @abstractmethod
     def teardown(self) -> None:

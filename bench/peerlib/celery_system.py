@@ -11,11 +11,11 @@ Choices (Celery's defaults unless said otherwise):
   channels) under the prefix ``<token>:`` (kombu's ``global_keyprefix``
   transport option); :meth:`teardown` deletes every key under it.
 * Workers: ``processes`` × ``celery -A <celery_tasks> worker --pool prefork
-  --concurrency <concurrency> --queues <queue> --hostname w<i>@<token>
-  --loglevel WARNING`` (the default pool and log level; one OS process
-  runs tasks per unit of concurrency, plus the consumer process). The
-  "2 processes" setting is two workers of concurrency 1; the 8-way setting
-  is whatever split the driver asks for. Prefetch multiplier 4 and
+  --concurrency <concurrency> --queues <queue> --hostname w<i>@<token>``
+  (the default pool; one OS process runs tasks per unit of concurrency,
+  plus the consumer process), tuned with ``--loglevel WARNING`` (Celery's
+  default level anyway). The shape "2 × 4" is two workers of concurrency
+  4, "2 × 1" two of concurrency 1. Prefetch multiplier 4 and
   ``acks_late`` off (Celery's defaults: a task is acknowledged when it is
   received, as most users run). Mingle, gossip and heartbeats stay on.
   ``pool`` may be changed (``threads``, ``solo``) to compare, but the
@@ -24,10 +24,14 @@ Choices (Celery's defaults unless said otherwise):
   already waiting (W1 enqueues before it starts the workers, and warm-up
   tasks would queue behind them), ``processes × concurrency`` warm-up tasks
   have run.
-* Client: ``send_task`` by name on one producer held for the run (what
-  ``apply_async`` and ``group.apply_async`` do underneath, minus the
-  per-call producer acquisition); Celery has no batched publish on Redis,
-  so W1 is a loop of publishes (one ``LPUSH`` round trip each).
+* Client, stock: the quick start's ``noop.delay(task_id)`` per task (W1 a
+  loop of them), ``noop.apply_async(args, eta=...)`` for delayed tasks, on
+  a client application of the benchmark's own with the same broker, queue
+  and key prefix. Tuned: ``send_task`` by name on one producer held for the
+  run (what ``apply_async`` does underneath, minus the per-call producer
+  acquisition), results ignored explicitly. Celery has no batched publish
+  on Redis, so W1 is a loop of publishes (one ``LPUSH`` round trip each) in
+  both modes.
 * Delayed tasks: ``eta`` (the worker receives them at once and holds them
   on its timer until due).
 """
@@ -44,14 +48,16 @@ from typing import Any, ClassVar
 import redis
 from celery import Celery
 
-from .base import Recorder, System, wait_for
+from .base import STOCK, Recorder, System, wait_for
 from .celery_tasks import (
     BROKER_ENV,
+    MODE_ENV,
     NOOP_TASK,
     PREFIX_ENV,
     QUEUE_ENV,
     READY_TASK,
     make_app,
+    register_tasks,
 )
 from .peer_processes import (
     START_TIMEOUT_S,
@@ -79,11 +85,13 @@ class CelerySystem(System):
         "prefetch multiplier 4, acks on receipt, no result backend"
     )
 
-    def __init__(self, url: str | None = None, pool: str = "prefork") -> None:
+    def __init__(self, url: str | None = None, pool: str = "prefork", *, mode: str = STOCK) -> None:
+        super().__init__(mode=mode)
         self.url = url or redis_url()
         self.pool = pool
         self._token = ""
         self._app: Celery | None = None
+        self._noop: Any = None
         self._producer: Any = None
         self._redis: redis.Redis | None = None
         self._workers: WorkerProcesses | None = None
@@ -100,8 +108,20 @@ class CelerySystem(System):
         self._workers = WorkerProcesses(workdir)
         self._redis = redis.Redis.from_url(self.url)
         self._delete_keys()
-        self._app = make_app(self.url, self._token, self._prefix)
-        self._producer = self._app.producer_pool.acquire(block=True)
+        self._app = make_app(self.url, self._token, self._prefix, tuned=self.tuned)
+        self._noop, _ = register_tasks(self._app)
+        if self.tuned:
+            self._producer = self._app.producer_pool.acquire(block=True)
+
+    def non_defaults(self) -> list[str]:
+        if not self.tuned:
+            return []
+        return [
+            "client: `send_task` by name on one producer held for the run "
+            "(default: `task.delay()`, a pooled producer per call)",
+            "`task_ignore_result=True`, `broker_connection_retry_on_startup=True` "
+            "(no result backend either way)",
+        ]
 
     @property
     def _prefix(self) -> str:
@@ -116,7 +136,12 @@ class CelerySystem(System):
         env = worker_env(
             self._recorder,
             self._ready_dir,
-            {BROKER_ENV: self.url, QUEUE_ENV: self._token, PREFIX_ENV: self._prefix},
+            {
+                BROKER_ENV: self.url,
+                QUEUE_ENV: self._token,
+                PREFIX_ENV: self._prefix,
+                MODE_ENV: self.mode,
+            },
         )
         numbers = [next(self._worker_numbers) for _ in range(processes)]
         names = [f"w{i}@{self._token}" for i in numbers]
@@ -134,9 +159,9 @@ class CelerySystem(System):
                 self._token,
                 "--hostname",
                 hostname,
-                "--loglevel",
-                "WARNING",
             ]
+            if self.tuned:
+                argv += ["--loglevel", "WARNING"]
             self._workers.spawn(argv, env, f"celery-worker-{i}")
         app, workers = self._app, self._workers
         answered: set[str] = set()
@@ -164,12 +189,22 @@ class CelerySystem(System):
 
     def enqueue_noop(self, task_ids: list[str]) -> None:
         assert self._app is not None
+        if not self.tuned:
+            delay = self._noop.delay
+            for task_id in task_ids:
+                delay(task_id)
+            return
         send, producer = self._app.send_task, self._producer
         for task_id in task_ids:
             send(NOOP_TASK, args=(task_id,), producer=producer)
 
     def submit_one(self, task_id: str) -> float:
         assert self._app is not None
+        if not self.tuned:
+            delay = self._noop.delay
+            submitted = time.time()
+            delay(task_id)
+            return submitted
         send, producer = self._app.send_task, self._producer
         submitted = time.time()
         send(NOOP_TASK, args=(task_id,), producer=producer)
@@ -178,6 +213,9 @@ class CelerySystem(System):
     def submit_delayed(self, task_id: str, due_at: float) -> None:
         assert self._app is not None
         eta = datetime.datetime.fromtimestamp(due_at, tz=datetime.UTC)
+        if not self.tuned:
+            self._noop.apply_async(args=(task_id,), eta=eta)
+            return
         self._app.send_task(NOOP_TASK, args=(task_id,), eta=eta, producer=self._producer)
 
     def teardown(self) -> None:
@@ -185,6 +223,7 @@ class CelerySystem(System):
         if self._producer is not None:
             self._producer.release()
             self._producer = None
+        self._noop = None
         if self._app is not None:
             self._app.close()
             self._app = None

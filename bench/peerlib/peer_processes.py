@@ -1,12 +1,12 @@
-"""What the peer systems (Celery, RQ, Procrastinate) share: worker processes and names.
+"""What the peer systems (Celery, RQ, Procrastinate, Dramatiq) share: worker processes and names.
 
 Worker processes are started the way users start them (the peer's own
 command line, from the same virtual environment as the benchmark), each in a
 session of its own so that the whole tree a worker forks (Celery's prefork
-children, RQ's work horses and scheduler) can be signalled at once through
-its process group, whose id is the worker's pid. Output goes to a log file
-per worker in the system's work folder (the first lines of it are quoted when
-a worker dies before it is ready).
+children, RQ's work horses and scheduler, Dramatiq's worker processes) can
+be signalled at once through its process group, whose id is the worker's
+pid. Output goes to a log file per worker in the system's work folder (the
+first lines of it are quoted when a worker dies before it is ready).
 
 The task modules import nothing but the peer and :mod:`.base`, relatively, so
 they load as ``peerlib.<module>`` (the driver runs ``bench/peers.py``, which
@@ -18,7 +18,8 @@ Worker processes may write bytecode caches (``PYTHONDONTWRITEBYTECODE`` is
 dropped from their environment), as a deployed worker's modules have them.
 
 Readiness is never a fixed sleep: each system waits on its own means (Celery's
-``ping``, RQ's worker registry, Procrastinate's worker table) and then on
+``ping``, RQ's worker registry, Procrastinate's worker table, Dramatiq's
+heartbeats) and then on
 warm-up tasks of the ``ready`` kind, which create ``<ready folder>/<token>``
 and leave the recorder's ``starts-*.log`` files alone.
 """
@@ -50,7 +51,7 @@ LOG_TAIL_CHARS = 4000
 
 
 def redis_url() -> str:
-    """The Redis URL for Celery and RQ (``$WF_BENCH_REDIS_URL`` or the local default)."""
+    """The Redis URL for Celery, RQ and Dramatiq (``$WF_BENCH_REDIS_URL`` or the local default)."""
     return os.environ.get(REDIS_URL_ENV) or DEFAULT_REDIS_URL
 
 

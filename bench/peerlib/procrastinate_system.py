@@ -12,8 +12,9 @@ Choices (Procrastinate's defaults unless said otherwise):
   ``LISTEN``/``NOTIFY`` channels are per database: runs sharing a database
   would wake each other's workers.
 * Workers: ``processes`` × ``procrastinate --app <procrastinate_tasks>.app
-  worker --queues wfbench --concurrency <concurrency> --name <token>-w<i>
-  --log-level warning``. The tasks are plain functions, which Procrastinate
+  worker --queues wfbench --concurrency <concurrency> --name <token>-w<i>``
+  at the default log level (INFO: lines per job); tuned with ``--log-level
+  warning``. The tasks are plain functions, which Procrastinate
   runs in a thread each, up to ``concurrency`` at once per process. Jobs
   stay in the table when done (``--delete-jobs never``, the default).
   Workers learn of new jobs through ``LISTEN``/``NOTIFY`` and otherwise poll
@@ -26,9 +27,9 @@ Choices (Procrastinate's defaults unless said otherwise):
   workers, and warm-up jobs would queue behind them), ``processes ×
   concurrency`` warm-up jobs have run.
 * Client: the synchronous API of an :class:`procrastinate.App` of the
-  benchmark's own (a psycopg connection pool): W1 ``batch_defer`` (one
-  statement per 1,000 jobs), W2 ``defer``, W3 ``defer`` with
-  ``schedule_at``.
+  benchmark's own (a psycopg connection pool): W1 ``defer`` per job (tuned:
+  ``batch_defer``, one statement per 1,000 jobs), W2 ``defer``, W3 and W5
+  ``defer`` with ``schedule_at``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from procrastinate.types import JSONDict
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from .base import Recorder, System, wait_for
+from .base import STOCK, Recorder, System, wait_for
 from .peer_processes import (
     START_TIMEOUT_S,
     WorkerProcesses,
@@ -76,8 +77,13 @@ class ProcrastinateSystem(System):
     )
 
     def __init__(
-        self, dsn: str | None = None, fetch_job_polling_interval: float | None = None
+        self,
+        dsn: str | None = None,
+        fetch_job_polling_interval: float | None = None,
+        *,
+        mode: str = STOCK,
     ) -> None:
+        super().__init__(mode=mode)
         self.dsn = dsn or postgres_dsn()
         self.fetch_job_polling_interval = fetch_job_polling_interval
         self._database = ""
@@ -106,6 +112,20 @@ class ProcrastinateSystem(System):
         self._app.schema_manager.apply_schema()
         self._conn = psycopg.connect(self._private_dsn, autocommit=True)
 
+    def non_defaults(self) -> list[str]:
+        found = []
+        if self.fetch_job_polling_interval is not None:
+            found.append(
+                f"worker: `--fetch-job-polling-interval {self.fetch_job_polling_interval:g}` "
+                "(default 5 s)"
+            )
+        if self.tuned:
+            found += [
+                "`--log-level warning` (default info: lines per job)",
+                f"W1: `batch_defer` of {BATCH:,} jobs per statement (stock: `defer` per job)",
+            ]
+        return found
+
     def start_workers(self, processes: int, concurrency: int) -> None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"concurrency {concurrency} outside 1..{MAX_CONCURRENCY}")
@@ -123,8 +143,7 @@ class ProcrastinateSystem(System):
                 bin_command("procrastinate"),
                 "--app",
                 f"{module_name('procrastinate_tasks')}.app",
-                "--log-level",
-                "warning",
+                *(["--log-level", "warning"] if self.tuned else []),
                 "worker",
                 "--queues",
                 QUEUE,
@@ -165,6 +184,10 @@ class ProcrastinateSystem(System):
     def enqueue_noop(self, task_ids: list[str]) -> None:
         assert self._app is not None
         deferrer = self._app.configure_task(name=NOOP_TASK, queue=QUEUE)
+        if not self.tuned:
+            for task_id in task_ids:
+                deferrer.defer(task_id=task_id)
+            return
         for start in range(0, len(task_ids), BATCH):
             batch: list[JSONDict] = [{"task_id": t} for t in task_ids[start : start + BATCH]]
             deferrer.batch_defer(*batch)

@@ -11,26 +11,30 @@ Choices (RQ's defaults unless said otherwise):
   :meth:`teardown` deletes them and removes the run's members from RQ's
   global ``rq:queues`` and ``rq:workers`` sets.
 * Workers: ``processes`` × ``rq worker --with-scheduler --name <token>-w<i>
-  --logging_level WARNING <queue>`` with the default worker class (it forks
-  a work horse per job). An RQ worker runs one job at a time:
-  :attr:`max_concurrency_per_process` is 1 and a concurrency above 1 is
-  refused, not faked with more processes. Every worker is started with the
-  scheduler; RQ lets one of them hold the queue's scheduler lock.
-* :class:`RqSimpleWorkerSystem` (``rq-simple``) is the same with
-  ``--worker-class rq.worker.SimpleWorker``: jobs run in the worker process,
-  no fork per job. Both are reported, each under its own name.
-* Jobs are enqueued with ``result_ttl=0`` (fire and forget: the job is
-  deleted once it succeeded, as Celery without a result backend keeps
-  nothing either).
+  <queue>`` with the default worker class (it forks a work horse per job)
+  and log level (INFO: a line per job); tuned, ``--logging_level
+  WARNING``. ``--with-scheduler`` is how RQ's documentation runs jobs
+  enqueued with ``enqueue_at``; it is listed as a setting in both modes.
+  An RQ worker runs one job at a time: :attr:`max_concurrency_per_process`
+  is 1 and a concurrency above 1 is refused, not faked with more processes.
+  Every worker is started with the scheduler; RQ lets one of them hold the
+  queue's scheduler lock.
+* :class:`RqSimpleWorkerSystem` (``rq-simple``, tuned mode only: not RQ's
+  default) is the same with ``--worker-class rq.worker.SimpleWorker``: jobs
+  run in the worker process, no fork per job.
+* Tuned, jobs are enqueued with ``result_ttl=0`` (fire and forget: the job
+  is deleted once it succeeded, as Celery without a result backend keeps
+  nothing either); stock keeps RQ's default (500 s).
 * Ready: every worker is in the queue's worker registry and the scheduler
   lock is held; then, unless jobs are already waiting (W1 enqueues before it
   starts the workers, and warm-up jobs would queue behind them), one
   warm-up job per worker has run.
-* Client: W1 uses ``Queue.enqueue_many`` (one pipeline per 1,000 jobs), W2
-  ``Queue.enqueue``, W3 ``Queue.enqueue_at``. RQ's scheduler polls once a
-  second and stores due instants in whole seconds (rounded down), so a
-  delayed job starts anywhere from about 1 s early to 1 s late: W3
-  lateness for RQ can be negative.
+* Client: W1 ``Queue.enqueue`` per job (stock; tuned: ``Queue.enqueue_many``,
+  one pipeline per 1,000 jobs), W2 ``Queue.enqueue``, W3 and W5
+  ``Queue.enqueue_at``. Job ids start with the run's token (isolation).
+  RQ's scheduler polls once a second and stores due instants in whole
+  seconds (rounded down), so a delayed job starts anywhere from about 1 s
+  early to 1 s late: W3 and W5 lateness for RQ can be negative.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import redis
 from rq import Queue, Worker, worker_registration
 from rq.scheduler import RQScheduler
 
-from .base import Recorder, System, wait_for
+from .base import STOCK, TUNED, Recorder, System, wait_for
 from .peer_processes import (
     START_TIMEOUT_S,
     WorkerProcesses,
@@ -68,10 +72,13 @@ class RqSystem(System):
     max_concurrency_per_process: ClassVar[int] = 1
     description: ClassVar[str] = (
         f"RQ {version('rq')}, Redis without AOF, default worker (forks a work horse per job, "
-        "one job at a time), scheduler in a worker, result_ttl=0"
+        "one job at a time), scheduler in a worker"
     )
 
-    def __init__(self, url: str | None = None, worker_class: str | None = None) -> None:
+    def __init__(
+        self, url: str | None = None, worker_class: str | None = None, *, mode: str = STOCK
+    ) -> None:
+        super().__init__(mode=mode)
         self.url = url or redis_url()
         self.worker_class = worker_class
         self._token = ""
@@ -98,6 +105,23 @@ class RqSystem(System):
     def _job_id(self) -> str:
         return f"{self._token}-{next(self._job_numbers)}"
 
+    def non_defaults(self) -> list[str]:
+        found = ["worker: `--with-scheduler` (how RQ runs `enqueue_at` jobs)"]
+        if self.worker_class:
+            found.append(f"worker: `--worker-class {self.worker_class}` (default: a fork per job)")
+        if self.tuned:
+            found += [
+                "worker: `--logging_level WARNING` (default INFO: a line per job)",
+                "jobs: `result_ttl=0` (default 500 s)",
+                f"W1: `Queue.enqueue_many` in pipelines of {BATCH:,} (stock: `enqueue` per job)",
+            ]
+        return found
+
+    @property
+    def _options(self) -> dict[str, int]:
+        """Per-job options beyond the id: tuned, no result kept."""
+        return {"result_ttl": 0} if self.tuned else {}
+
     def start_workers(self, processes: int, concurrency: int) -> None:
         if concurrency != 1:
             raise ValueError("an RQ worker runs one job at a time (concurrency must be 1)")
@@ -116,9 +140,9 @@ class RqSystem(System):
                 "--name",
                 name,
                 "--with-scheduler",
-                "--logging_level",
-                "WARNING",
             ]
+            if self.tuned:
+                argv += ["--logging_level", "WARNING"]
             if self.worker_class:
                 argv += ["--worker-class", self.worker_class]
             argv.append(self._token)
@@ -137,7 +161,7 @@ class RqSystem(System):
             return  # jobs are waiting: the workers are taking them
         tokens = [f"{name}-warm" for name in names]
         for token in tokens:
-            queue.enqueue(self._ready, token, job_id=self._job_id(), result_ttl=0)
+            queue.enqueue(self._ready, token, job_id=self._job_id(), **self._options)
         workers.wait_ready(self._ready_dir, tokens, "RQ warm-up jobs")
 
     def stop_workers(self) -> None:
@@ -151,6 +175,10 @@ class RqSystem(System):
     def enqueue_noop(self, task_ids: list[str]) -> None:
         queue = self._queue
         assert queue is not None
+        if not self.tuned:
+            for task_id in task_ids:
+                queue.enqueue(self._noop, task_id, job_id=self._job_id())
+            return
         for start in range(0, len(task_ids), BATCH):
             queue.enqueue_many(
                 [
@@ -166,13 +194,13 @@ class RqSystem(System):
         assert queue is not None
         job_id = self._job_id()
         submitted = time.time()
-        queue.enqueue(self._noop, task_id, job_id=job_id, result_ttl=0)
+        queue.enqueue(self._noop, task_id, job_id=job_id, **self._options)
         return submitted
 
     def submit_delayed(self, task_id: str, due_at: float) -> None:
         assert self._queue is not None
         due = datetime.datetime.fromtimestamp(due_at, tz=datetime.UTC)
-        self._queue.enqueue_at(due, self._noop, task_id, job_id=self._job_id(), result_ttl=0)
+        self._queue.enqueue_at(due, self._noop, task_id, job_id=self._job_id(), **self._options)
 
     def pending(self) -> int | None:
         """Queued plus scheduled jobs (a job a worker has popped but not begun is not counted)."""
@@ -209,16 +237,17 @@ class RqSimpleWorkerSystem(RqSystem):
     """
 
     name: ClassVar[str] = "rq-simple"
+    modes: ClassVar[tuple[str, ...]] = (TUNED,)
     description: ClassVar[str] = (
         f"RQ {version('rq')}, Redis without AOF, SimpleWorker (no fork per job, "
-        "one job at a time), scheduler in a worker, result_ttl=0"
+        "one job at a time), scheduler in a worker"
     )
 
-    def __init__(self, url: str | None = None) -> None:
-        super().__init__(url, worker_class="rq.worker.SimpleWorker")
+    def __init__(self, url: str | None = None, *, mode: str = TUNED) -> None:
+        super().__init__(url, worker_class="rq.worker.SimpleWorker", mode=mode)
 
 
 SYSTEMS = [RqSystem, RqSimpleWorkerSystem]
-"""What the driver runs: RQ as users run it (``rq``) and with the worker class RQ
-offers for low per-job overhead (``rq-simple``): here a fork per job costs RQ
-tens of milliseconds, so the default alone would be a weak peer."""
+"""What the driver runs: RQ as users run it (``rq``) and, in the tuned mode, with the
+worker class RQ offers for low per-job overhead (``rq-simple``): here a fork per job
+costs RQ tens of milliseconds, so the default alone would be a weak peer."""

@@ -3,26 +3,42 @@
 Theory of operation
 -------------------
 :meth:`WfSystem.setup` starts a ``wf-rpc-server`` subprocess on 127.0.0.1
-(port 0, log level ``warning``) with a fresh store: SQLite in the system's
-temporary folder, or a fresh PostgreSQL schema ``wf_peers_<hex>`` (dropped by
-:meth:`teardown`). :meth:`start_workers` starts ``wf worker`` processes with
-``--app bench.peerlib.wf_system:activities`` (the no-op below, an ``async``
-activity whose body is :func:`~bench.peerlib.base.record_start`), each with
-``--max-concurrency C --prefetch 4C``, and returns once the server lists
+(port 0) with a fresh store: SQLite in the system's temporary folder, or a
+fresh PostgreSQL schema ``wf_peers_<hex>`` (dropped by :meth:`teardown`).
+:meth:`start_workers` starts ``wf worker`` processes, each with
+``--max-concurrency C`` (the worker shape), and returns once the server lists
 every one of them as active. The client is :class:`~wf.client.app.SyncApp`
-(the typed admin client on a private event loop): W1 submits batches of
-:data:`SUBMIT_BATCH` activities per ``scheduler.activities.submit``, W2 one
-activity per call, W3 one activity with ``not_before`` = the due instant
-(no polling: the core's timer queues it ``early_grant_s`` ahead, its grant
+(``App.sync(url)``, the blocking facade of the typed client).
+
+How each mode drives it:
+
+* ``stock`` -- as README.md and docs/server.md lead a new user:
+  ``wf-rpc-server --store-root DIR`` with no other flag (SQLite,
+  ``durability: fsync``: every commit fsynced before it is acknowledged; log
+  level ``info``), ``wf worker --app bench.peerlib.wf_system:stock_activities
+  --max-concurrency C`` with every other default (prefetch 0, log level
+  ``info``), the activity a plain ``def`` under a plain ``@activity`` (so
+  not idempotent: each start waits for ``scheduler.leases.start``), and one
+  ``App.submit_activities([Activity(...)])`` call per task, W1 included.
+* ``tuned`` -- the suite's earlier settings: the server at log level
+  ``warning`` and ``durability: process`` (``wf-fsync``: ``fsync``), workers
+  with ``--prefetch 4C --log-level warning``, an ``async`` activity declared
+  ``@activity(idempotent=True)`` and submitted ``idempotent=True`` (its
+  grant into an idle slot is its start), W1 in batches of
+  :data:`SUBMIT_BATCH` per ``submit_activities`` call.
+
+W3 and W5 submit one activity with ``not_before`` = the due instant (no
+polling: the core's timer queues it ``early_grant_s`` ahead, its grant
 carries the instant, and the worker's own timer starts it then).
 
 The variants (one class each, so the driver alternates them like peers):
 
-* ``wf`` -- SQLite, ``durability: process``: every state transition is
-  committed before it is acknowledged and reaches the OS, so it survives a
-  SIGKILL of the server (not a power cut).
-* ``wf-fsync`` -- SQLite, ``durability: fsync``: every commit is fsynced
-  before it is acknowledged (survives a power cut).
+* ``wf`` -- SQLite; stock: ``durability: fsync`` (the default); tuned:
+  ``durability: process`` (every state transition committed before it is
+  acknowledged and handed to the OS: it survives a SIGKILL of the server,
+  not a power cut).
+* ``wf-fsync`` -- tuned only (stock ``wf`` is already fsync): SQLite with
+  ``durability: fsync``.
 * ``wf-pg`` -- PostgreSQL store (PostgreSQL's own commit durability) in a
   fresh schema on ``$WF_TEST_POSTGRES_DSN`` or
   ``postgresql://postgres@127.0.0.1:5432/test``.
@@ -48,13 +64,14 @@ import time
 from pathlib import Path
 from typing import IO, Any, ClassVar, Final
 
-from bench.peerlib.base import Recorder, System, record_start, wait_for
+from bench.peerlib.base import STOCK, TUNED, Recorder, System, record_start, wait_for
 
 from wf.worker import activity, activity_info
 
 REPO: Final = Path(__file__).resolve().parents[2]
 BIN: Final = Path(sys.executable).parent
 ACTIVITY_TYPE: Final = "bench.peers.noop"
+"""The tuned mode's activity type."""
 SUBMIT_BATCH: Final = 1_000
 """Activities per ``scheduler.activities.submit`` call in W1."""
 PREFETCH_PER_SLOT: Final = 4
@@ -72,7 +89,20 @@ async def noop() -> None:
 
 
 activities = [noop]
-"""What ``wf worker --app bench.peerlib.wf_system:activities`` runs."""
+"""What ``wf worker --app bench.peerlib.wf_system:activities`` runs (tuned mode)."""
+
+
+@activity
+def stock_noop() -> None:
+    """The stock mode's task body: a plain ``def`` under a plain ``@activity``, as
+    docs/server.md shows (so not idempotent; the worker runs it in its thread pool)."""
+    record_start(activity_info().activity_id)
+
+
+STOCK_ACTIVITY_TYPE: Final = stock_noop.name
+"""The stock activity's type: ``@activity``'s default name, the function's name."""
+stock_activities = [stock_noop]
+"""What ``wf worker --app bench.peerlib.wf_system:stock_activities`` runs (stock mode)."""
 
 
 def postgres_dsn() -> str:
@@ -97,19 +127,21 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 
 
 class WfSystem(System):
-    """wf on SQLite with ``durability: process`` (see the module docstring)."""
+    """wf on SQLite (see the module docstring)."""
 
     name: ClassVar[str] = "wf"
     durable: ClassVar[bool] = True
     max_concurrency_per_process: ClassVar[int] = 1024
     description: ClassVar[str] = (
-        "wf-rpc-server, SQLite store, durability process (commits survive a SIGKILL "
-        "of the server); wf worker processes, async no-op activity"
+        "wf-rpc-server, SQLite store; wf worker processes; App.submit_activities"
     )
+    store_line: ClassVar[str] = "SQLite store"
     store: ClassVar[str] = "sqlite"
     durability: ClassVar[str] = "process"
+    """The tuned mode's durability (stock: the server's default, fsync)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, mode: str = STOCK) -> None:
+        super().__init__(mode=mode)
         self.workdir = Path()
         self.recorder: Recorder | None = None
         self.server: subprocess.Popen[str] | None = None
@@ -120,21 +152,56 @@ class WfSystem(System):
         self.dsn: str | None = None
         self._worker_serial = 0
 
+    def setup_line(self) -> str:
+        if self.tuned:
+            durability = "" if self.store == "postgres" else f", durability {self.durability}"
+            return (
+                f"wf-rpc-server ({self.store_line}{durability}); wf worker processes with "
+                f"prefetch {PREFETCH_PER_SLOT}×C; an async idempotent activity; "
+                f"W1 submitted {SUBMIT_BATCH:,} per call"
+            )
+        durability = "" if self.store == "postgres" else ", durability fsync"
+        return (
+            f"wf-rpc-server with its defaults ({self.store_line}{durability}, log level info); "
+            "`wf worker --max-concurrency C` (prefetch 0); a plain `@activity` def "
+            "(not idempotent); one `App.submit_activities` call per task"
+        )
+
+    def non_defaults(self) -> list[str]:
+        found = []
+        if self.store == "postgres":
+            found.append("server: PostgreSQL store (`--postgres`; default SQLite)")
+        if not self.tuned:
+            return found
+        if self.store == "sqlite" and self.durability != "fsync":
+            found.append(f"server: durability {self.durability} (default fsync)")
+        return [
+            *found,
+            "server: log level warning (default info)",
+            f"worker: `--prefetch {PREFETCH_PER_SLOT}×C` (default 0)",
+            "worker: `--log-level warning` (default info)",
+            "activity: `async def` declared `@activity(idempotent=True)`, every submission "
+            "`idempotent=True` (default: a `def`, not idempotent)",
+            f"W1: {SUBMIT_BATCH:,} activities per `submit_activities` call (stock: one)",
+        ]
+
     # ----------------------------------------------------------- server
 
     def setup(self, workdir: Path, recorder: Recorder) -> None:
         self.workdir = workdir
         self.recorder = recorder
         workdir.mkdir(parents=True, exist_ok=True)
-        config = {
-            "server": {
-                "store": {"durability": self.durability},
-                "observability": {"log_level": "warning"},
+        args = ["--port", "0"]
+        if self.tuned:
+            config = {
+                "server": {
+                    "store": {"durability": self.durability},
+                    "observability": {"log_level": "warning"},
+                }
             }
-        }
-        config_path = workdir / "server.json"
-        config_path.write_text(json.dumps(config))
-        args = ["--port", "0", "--config", str(config_path)]
+            config_path = workdir / "server.json"
+            config_path.write_text(json.dumps(config))
+            args += ["--config", str(config_path)]
         if self.store == "postgres":
             from bench.store import postgres_reachable
 
@@ -206,24 +273,28 @@ class WfSystem(System):
         for _ in range(processes):
             self._worker_serial += 1
             worker_id = f"bench-peers-{self._worker_serial}"
+            argv = [
+                str(BIN / "wf"),
+                "worker",
+                "--app",
+                f"bench.peerlib.wf_system:{'activities' if self.tuned else 'stock_activities'}",
+                "--server",
+                self.url,
+                "--worker-id",
+                worker_id,
+                "--max-concurrency",
+                str(concurrency),
+            ]
+            if self.tuned:
+                argv += [
+                    "--prefetch",
+                    str(PREFETCH_PER_SLOT * concurrency),
+                    "--log-level",
+                    "warning",
+                ]
             with (self.workdir / f"{worker_id}.log").open("w") as log_file:
                 started[worker_id] = subprocess.Popen(
-                    [
-                        str(BIN / "wf"),
-                        "worker",
-                        "--app",
-                        "bench.peerlib.wf_system:activities",
-                        "--server",
-                        self.url,
-                        "--worker-id",
-                        worker_id,
-                        "--max-concurrency",
-                        str(concurrency),
-                        "--prefetch",
-                        str(PREFETCH_PER_SLOT * concurrency),
-                        "--log-level",
-                        "warning",
-                    ],
+                    argv,
                     stdout=subprocess.DEVNULL,
                     stderr=log_file,
                     cwd=REPO,
@@ -265,6 +336,12 @@ class WfSystem(System):
     def _spec(self, task_id: str, not_before: float | None = None) -> Any:
         from wf.scheduler.model import Activity
 
+        if not self.tuned:  # as docs/server.md submits: no flag beyond id and type
+            if not_before is None:
+                return Activity(activity_id=task_id, activity_type=STOCK_ACTIVITY_TYPE)
+            return Activity(
+                activity_id=task_id, activity_type=STOCK_ACTIVITY_TYPE, not_before=not_before
+            )
         return Activity(
             activity_id=task_id,
             activity_type=ACTIVITY_TYPE,
@@ -273,8 +350,9 @@ class WfSystem(System):
         )
 
     def enqueue_noop(self, task_ids: list[str]) -> None:
-        for first in range(0, len(task_ids), SUBMIT_BATCH):
-            batch = task_ids[first : first + SUBMIT_BATCH]
+        batch_size = SUBMIT_BATCH if self.tuned else 1
+        for first in range(0, len(task_ids), batch_size):
+            batch = task_ids[first : first + batch_size]
             self.app.submit_activities([self._spec(t) for t in batch])
 
     def submit_one(self, task_id: str) -> float:
@@ -295,7 +373,7 @@ class WfSystem(System):
     def measure_rpc(self, quick: bool) -> dict[str, dict[str, float]]:
         """W4 on this live server: registration and renewal round trips (ms summaries).
 
-        Run with no worker processes attached (the driver calls it after W3).
+        Run with no worker processes attached (the driver calls it after W5).
         """
         import asyncio
         from types import SimpleNamespace
@@ -318,13 +396,14 @@ class WfSystem(System):
 
 
 class WfFsyncSystem(WfSystem):
-    """wf on SQLite with ``durability: fsync``."""
+    """wf on SQLite with ``durability: fsync`` in the tuned mode (stock ``wf`` is that)."""
 
     name: ClassVar[str] = "wf-fsync"
     description: ClassVar[str] = (
         "as wf, with durability fsync (every commit fsynced before it is acknowledged)"
     )
     durability: ClassVar[str] = "fsync"
+    modes: ClassVar[tuple[str, ...]] = (TUNED,)
 
 
 class WfPostgresSystem(WfSystem):
@@ -337,6 +416,7 @@ class WfPostgresSystem(WfSystem):
     )
     store: ClassVar[str] = "postgres"
     durability: ClassVar[str] = "fsync"
+    store_line: ClassVar[str] = "PostgreSQL store, a fresh schema"
 
 
 SYSTEMS: Final[list[type[System]]] = [WfSystem, WfFsyncSystem, WfPostgresSystem]

@@ -69,7 +69,7 @@ from wf.scheduler.dispatcher import SchedulerCore
 from wf.scheduler.outputs import Outcome
 from wf.scheduler.recovery import durable_digest, recover, restore
 from wf.store.loader import build_snapshot
-from wf.store.protocol import Diagnostic, OwnerInfo, Store
+from wf.store.protocol import Diagnostic, Journal, OwnerInfo
 
 log = logging.getLogger("wf.node")
 
@@ -140,7 +140,7 @@ class SchedulerNode:
 
     def __init__(
         self,
-        store: Store,
+        store: Journal,
         config: SchedulerConfig | None = None,
         *,
         clock: Clock | None = None,

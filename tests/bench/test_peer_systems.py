@@ -1,19 +1,21 @@
 """Self-check of the peer systems of the side-by-side suite (``bench/peerlib``).
 
-Each peer (Celery, RQ, Procrastinate) goes once through what the driver
-does with it: setup, one worker process of concurrency 1, 20 no-op tasks
-enqueued up front, 5 submitted one at a time, 3 scheduled 0.5 s ahead, then
-10 more tasks enqueued before two fresh worker processes start (as W1 does),
-and teardown; every task must
-have recorded its start. The observed latencies
+Each peer (Celery, RQ, Procrastinate, Dramatiq), in each mode it runs in
+(``stock`` and ``tuned``: their client calls differ), goes once through
+what the driver does with it: setup, one worker process of concurrency 1,
+20 no-op tasks enqueued up front, 5 submitted one at a time, 3 scheduled
+0.5 s ahead, 5 due together 0.5 s ahead (a small W5 burst), then 10 more
+tasks enqueued before two fresh worker processes start (as W1 does), and
+teardown; every task must have recorded its start. The observed latencies
 and lateness are printed (``pytest -s``) for a sanity check; nothing is
 asserted about speed.
 
 A peer's test is skipped when its package is not importable (the peers come
 from the ``bench`` dependency group, which CI does not install) or, for
-Celery and RQ, when Redis does not answer at ``$WF_BENCH_REDIS_URL``
-(default ``redis://127.0.0.1:6379/0``). Procrastinate follows the
-PostgreSQL policy of ``tests/conftest.py`` (``pg_dsn``).
+Celery, RQ and Dramatiq, when Redis does not answer at
+``$WF_BENCH_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``).
+Procrastinate follows the PostgreSQL policy of ``tests/conftest.py``
+(``pg_dsn``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 WAIT_S = 30.0
 DELAYED_WAIT_S = 15.0
 AHEAD_S = 0.5
+BURST = 5
+MODES = ("stock", "tuned")
 
 
 def _peerlib(module: str) -> Any:
@@ -83,12 +87,21 @@ def _exercise(system: Any, tmp_path: Path) -> None:
         base.wait_for(
             lambda: due.keys() <= recorder.starts().keys(), DELAYED_WAIT_S, "delayed starts"
         )
+        instant = time.time() + AHEAD_S
+        burst = list(base.task_ids(f"{name}-burst", BURST))
+        for task_id in burst:
+            system.submit_delayed(task_id, instant)
+        base.wait_for(
+            lambda: set(burst) <= recorder.starts().keys(), DELAYED_WAIT_S, "burst starts"
+        )
         starts = recorder.starts()
         lateness = [starts[t] - due_at for t, due_at in due.items()]
+        burst_lateness = [starts[t] - instant for t in burst]
         assert system.pending() in (None, 0)
         print(
-            f"{name}: latency ms {[round(x * 1000, 2) for x in latencies]}, "
-            f"lateness ms {[round(x * 1000, 1) for x in lateness]}"
+            f"{name} ({system.mode}): latency ms {[round(x * 1000, 2) for x in latencies]}, "
+            f"lateness ms {[round(x * 1000, 1) for x in lateness]}, "
+            f"burst lateness ms {[round(x * 1000, 1) for x in burst_lateness]}"
         )
 
         # As in W1: fresh workers (two processes) for tasks enqueued before they start.
@@ -99,19 +112,32 @@ def _exercise(system: Any, tmp_path: Path) -> None:
         base.wait_for(lambda: set(again) <= recorder.starts().keys(), WAIT_S, "restart starts")
     finally:
         system.teardown()
-    assert {*bulk, *due, *again}.issubset(recorder.starts())
+    assert {*bulk, *due, *burst, *again}.issubset(recorder.starts())
+    assert isinstance(system.non_defaults(), list)
+    if system.mode == "stock":
+        assert system.setup_line()
 
 
-def test_celery_runs_every_task(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_celery_runs_every_task(tmp_path: Path, mode: str) -> None:
     pytest.importorskip("celery")
     url = _require_redis()
-    _exercise(_peerlib("celery_system").CelerySystem(url), tmp_path)
+    _exercise(_peerlib("celery_system").CelerySystem(url, mode=mode), tmp_path)
 
 
-def test_rq_runs_every_task(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_rq_runs_every_task(tmp_path: Path, mode: str) -> None:
     pytest.importorskip("rq")
     url = _require_redis()
-    _exercise(_peerlib("rq_system").RqSystem(url), tmp_path)
+    _exercise(_peerlib("rq_system").RqSystem(url, mode=mode), tmp_path)
+
+
+def test_rq_simple_worker_is_tuned_only() -> None:
+    pytest.importorskip("rq")
+    rq_system = _peerlib("rq_system")
+    assert rq_system.RqSimpleWorkerSystem.modes == ("tuned",)
+    with pytest.raises(ValueError, match="does not run in mode"):
+        rq_system.RqSimpleWorkerSystem(mode="stock")
 
 
 def test_rq_refuses_concurrency_above_one(tmp_path: Path) -> None:
@@ -128,8 +154,42 @@ def test_rq_refuses_concurrency_above_one(tmp_path: Path) -> None:
         system.teardown()
 
 
-def test_procrastinate_runs_every_task(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_procrastinate_runs_every_task(
+    tmp_path: Path, request: pytest.FixtureRequest, mode: str
+) -> None:
     pytest.importorskip("procrastinate")
     dsn = request.getfixturevalue("pg_dsn")
-    system = _peerlib("procrastinate_system").ProcrastinateSystem(dsn)
+    # The default 5 s poll is what the suite measures; here, a short one keeps the
+    # delayed tasks (only noticed by that poll) within the test's patience.
+    system = _peerlib("procrastinate_system").ProcrastinateSystem(
+        dsn, fetch_job_polling_interval=0.5, mode=mode
+    )
     _exercise(system, tmp_path)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dramatiq_runs_every_task(tmp_path: Path, mode: str) -> None:
+    pytest.importorskip("dramatiq")
+    url = _require_redis()
+    _exercise(_peerlib("dramatiq_system").DramatiqSystem(url, mode=mode), tmp_path)
+
+
+def test_dramatiq_runs_several_threads_per_process(tmp_path: Path) -> None:
+    """The 2 × 4 shape: one ``dramatiq --processes 2 --threads 4`` command."""
+    pytest.importorskip("dramatiq")
+    url = _require_redis()
+    base = _peerlib("base")
+    recorder = base.Recorder(tmp_path / "recorder")
+    recorder.folder.mkdir()
+    system = _peerlib("dramatiq_system").DramatiqSystem(url)
+    system.setup(tmp_path / "work", recorder)
+    try:
+        ids = list(base.task_ids("dramatiq-shape", 40))
+        system.enqueue_noop(ids)
+        system.start_workers(2, 4)
+        base.wait_for(lambda: set(ids) <= recorder.starts().keys(), WAIT_S, "starts")
+        pids = {p.name for p in recorder.folder.glob("starts-*.log")}
+    finally:
+        system.teardown()
+    assert len(pids) >= 1

@@ -55,17 +55,17 @@ from wf.schedules.model import OneShotTrigger, schedule_row
 from wf.server.app import WfServer
 from wf.server.config import ServerConfig, ServerSection, StoreConfig
 from wf.server.rpc import ANONYMOUS_ADMIN
-from wf.server.scheduler_api import (
+from wf.server.scheduler_api import SchedulerAPI
+from wf.store.protocol import OccurrenceRow
+from wf.wire.scheduler_methods import (
     ActivityView,
     PollResult,
     QueueStats,
     RegisterResult,
-    SchedulerAPI,
     TransitionPage,
     WorkerPage,
     WorkerView,
 )
-from wf.store.protocol import OccurrenceRow
 
 C = ANONYMOUS_ADMIN
 """The caller the Python API sees (authentication is off in these servers)."""
@@ -130,19 +130,19 @@ def _server_params(api_method: Any) -> list[str]:
 def test_every_registered_method_has_a_twin(tmp_path: Path) -> None:
     server = WfServer(_config(tmp_path))
     registry = server.registry.methods
-    by_rpc = {twin.rpc: name for name, twin in App.TWINS.items()}
+    by_rpc = {twin.name: name for name, twin in App.TWINS.items()}
     scheduler_methods = {n for n in registry if n.startswith("scheduler.")}
     assert scheduler_methods, "the server registers scheduler.* methods"
     # Every server method has exactly one twin, and no twin names a missing method.
     assert set(by_rpc) == set(registry)
     assert len(by_rpc) == len(App.TWINS)
-    assert {t.rpc for t in SCHEDULER_TWINS.values()} == scheduler_methods
+    assert {t.name for t in SCHEDULER_TWINS.values()} == scheduler_methods
     workflow_methods = {n for n in registry if n.startswith("workflow.")}
     assert workflow_methods, "the server registers workflow.* methods"
     schedule_methods = {n for n in workflow_methods if n.startswith("workflow.schedules.")}
     assert schedule_methods, "the server registers workflow.schedules.* methods"
-    assert {t.rpc for t in SCHEDULE_TWINS.values()} == schedule_methods
-    assert {t.rpc for t in WORKFLOW_TWINS.values()} == workflow_methods - schedule_methods
+    assert {t.name for t in SCHEDULE_TWINS.values()} == schedule_methods
+    assert {t.name for t in WORKFLOW_TWINS.values()} == workflow_methods - schedule_methods
     for rpc_name, python_name in by_rpc.items():
         twin = App.TWINS[python_name]
         # The wire form is built from the very Struct the server decodes.

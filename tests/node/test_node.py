@@ -38,6 +38,7 @@ from wf.scheduler.model import (
 )
 from wf.scheduler.outputs import ActivityFailed, LeaseGranted, Outcome, Record
 from wf.scheduler.recovery import durable_digest, restore
+from wf.scheduler.timer import CalendarSchedule
 from wf.store.loader import build_snapshot
 from wf.store.protocol import OwnerInfo, Store
 from wf.testing.clock import VirtualClock
@@ -243,7 +244,7 @@ class Driver:
                 "cancel",
                 "shutdown",
                 "lost",
-                "cron",
+                "calendar",
                 "tick",
             ],
             weights=[4, 6, 20, 14, 10, 9, 5, 5, 3, 1, 1, 1, 10],
@@ -267,13 +268,11 @@ class Driver:
             return lambda t: cmd.ShutdownWorker(now=t, worker_id=wid)
         if kind == "lost":
             return lambda t: cmd.WorkersLost(now=t, worker_ids=(wid,))
-        if kind == "cron":
-            template = act("cron-job", idempotent=True)
-            if rng.random() < 0.3:
-                return lambda t: cmd.RemoveCron(now=t, cron_id="c1")
-            return lambda t: cmd.RegisterCron(
-                now=t, cron_id="c1", expression="* * * * *", template=template
-            )
+        if kind == "calendar":
+            # Dormant until the next minute: a cron expression the core resolves.
+            every_minute = CalendarSchedule(cron="* * * * *")
+            spec = msgspec.structs.replace(self._activity(), not_before=None, delay=every_minute)
+            return lambda t: cmd.Submit(now=t, activities=(spec,))
         if kind == "cancel":
             live = sorted(self.node.core.activities.values(), key=lambda a: a.seq)
             if not live:

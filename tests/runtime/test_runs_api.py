@@ -583,6 +583,28 @@ def test_cancel_an_interrupted_run(make_server: ServerFactory) -> None:
     asyncio.run(main())
 
 
+def test_an_operator_cancel_whose_reason_starts_with_run_fails_the_node(
+    make_server: ServerFactory,
+) -> None:
+    # The engine tells its own cancels by their origin, never by their text: an
+    # operator's reason that reads like the engine's ("run ...") is still news.
+    async def main() -> View:
+        async with make_server(activities=[]) as server:  # no worker: the node stays queued
+            deployment = await deploy(server, "chain", CHAIN_PLAN)
+            started = await server.api.start_run(deployment)
+            run_id = started["run_id"]
+            assert node_trace(started)["first"]["status"] == "submitted"
+            await server.server.scheduler.cancel_activity(
+                f"{run_id}.first", "run 7 is obsolete", ANONYMOUS_ADMIN
+            )
+            return await wait_for_status(inspector(server, run_id), {"failed"})
+
+    view = asyncio.run(main())
+    assert view["error"]["code"] == "activity_cancelled"
+    assert view["error"]["node"] == "first"
+    assert node_trace(view)["first"]["status"] == "failed"
+
+
 def test_inspect_never_shows_a_change_whose_store_write_is_in_flight(
     make_server: ServerFactory,
 ) -> None:

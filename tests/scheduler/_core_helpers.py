@@ -65,7 +65,6 @@ def fingerprint(core: SchedulerCore) -> Any:
         },
         "deadlines": sorted(core.registry._deadlines),
         "timers": core.timers.snapshot(),
-        "crons": b(core.crons.snapshot()),
         "key_lines": {k: [a.activity_id for a in v] for k, v in core.key_lines.items()},
         "waiting": list(core.waiting),
         "counters": (core.capacity, core.running),

@@ -1,4 +1,4 @@
-"""Tests of WF-005 §18 cron scheduling: validation, fire instants, DST, the cron table."""
+"""Tests of cron expressions (contract 004): validation, fire instants, time zones, DST."""
 
 from __future__ import annotations
 
@@ -8,26 +8,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-import msgspec
 import pytest
 from croniter import croniter
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from wf.errors import (
-    AlreadyExists,
-    CorruptRecord,
     InvalidArgument,
     InvalidCronExpression,
     InvalidTimezone,
     NaiveDatetime,
-    NotFound,
 )
 from wf.scheduler.cron import (
-    CATCH_UP_SCAN_MAX,
     COUNT_MAX,
-    CronEntry,
-    CronTable,
     next_fire_after,
     next_instants,
     require_aware,
@@ -687,236 +680,3 @@ def test_no_matching_instant_is_skipped(
             assert not spec.matches(wall.replace(tzinfo=None)), (
                 f"{expression} in {tz}: {wall.isoformat()} matches but was skipped"
             )
-
-
-# ---------------------------------------------------------------------------
-# CronTable
-# ---------------------------------------------------------------------------
-
-
-def test_add_registers_an_entry_with_its_first_fire_after_now() -> None:
-    table = CronTable()
-    entry = table.add("c1", " 0  */6 * * * ", "Europe/Berlin", T0, template=b"payload")
-    assert entry == CronEntry(
-        cron_id="c1",
-        expression="0 */6 * * *",
-        timezone="Europe/Berlin",
-        next_fire_at=next_fire_after("0 */6 * * *", "Europe/Berlin", T0),
-        template=b"payload",
-        created_at=T0,
-    )
-    assert table.get("c1") == entry
-    assert table.get("other") is None
-    assert len(table) == 1
-    assert "c1" in table
-
-
-def test_add_validates_before_anything_changes() -> None:
-    table = CronTable()
-    table.add("c1", "0 * * * *", "UTC", T0)
-    with pytest.raises(InvalidCronExpression):
-        table.add("c1", "0 * * * * *", "UTC", T0)
-    with pytest.raises(InvalidTimezone):
-        table.add("c2", "0 * * * *", "Nowhere/Land", T0)
-    with pytest.raises(InvalidArgument):
-        table.add("", "0 * * * *", "UTC", T0)
-    assert [e.cron_id for e in table.snapshot()] == ["c1"]
-
-
-def test_identical_re_add_is_idempotent() -> None:
-    table = CronTable()
-    first = table.add("c1", "0 * * * mon", "UTC", T0, template=b"t")
-    again = table.add("c1", "0  *  * * MON", "UTC", T0 + 5000, template=b"t")
-    assert again == first
-    assert len(table) == 1
-    assert [fired for _, fired, _ in table.due(first.next_fire_at)] == [first.next_fire_at]
-
-
-@pytest.mark.parametrize(
-    ("expression", "tz", "template"),
-    [("5 * * * *", "UTC", b"t"), ("0 * * * *", "Europe/Berlin", b"t"), ("0 * * * *", "UTC", b"u")],
-)
-def test_re_add_with_another_definition_already_exists(
-    expression: str, tz: str, template: bytes
-) -> None:
-    table = CronTable()
-    original = table.add("c1", "0 * * * *", "UTC", T0, template=b"t")
-    with pytest.raises(AlreadyExists) as info:
-        table.add("c1", expression, tz, T0, template=template)
-    assert info.value.details["cron_id"] == "c1"
-    assert table.get("c1") == original
-
-
-def test_remove_returns_the_entry_and_it_never_fires_again() -> None:
-    table = CronTable()
-    entry = table.add("c1", "0 * * * *", "UTC", T0)
-    table.add("c2", "30 * * * *", "UTC", T0)
-    assert table.remove("c1") == entry
-    assert "c1" not in table
-    assert [e.cron_id for e, _, _ in table.due(T0 + 7200)] == ["c2"]
-    with pytest.raises(NotFound):
-        table.remove("c1")
-
-
-def test_remove_then_re_add_fires_once_per_instant() -> None:
-    table = CronTable()
-    table.add("c1", "0 * * * *", "UTC", T0)
-    table.remove("c1")
-    table.add("c1", "0 * * * *", "UTC", T0)
-    fired = table.due(T0 + 3600)
-    assert [(e.cron_id, at) for e, at, _ in fired] == [("c1", T0 + 3600)]
-
-
-def test_due_fires_at_exactly_the_instant_and_not_before() -> None:
-    table = CronTable()
-    entry = table.add("c1", "0 * * * *", "UTC", T0)
-    assert table.due(entry.next_fire_at - 0.001) == []
-    ((fired_entry, at, missed),) = table.due(entry.next_fire_at)
-    assert (at, missed) == (entry.next_fire_at, 0)
-    assert fired_entry.next_fire_at == entry.next_fire_at + 3600
-    assert table.get("c1") == fired_entry
-
-
-def test_due_orders_by_fire_instant_then_cron_id() -> None:
-    table = CronTable()
-    table.add("b", "0 * * * *", "UTC", T0)
-    table.add("a", "0 * * * *", "UTC", T0)
-    table.add("early", "30 0 * * *", "UTC", T0)
-    fired = table.due(T0 + 3600)
-    assert [(e.cron_id, at) for e, at, _ in fired] == [
-        ("early", T0 + 1800),
-        ("a", T0 + 3600),
-        ("b", T0 + 3600),
-    ]
-
-
-def test_due_coalesces_missed_instants_into_one_fire_for_the_latest() -> None:
-    table = CronTable()
-    table.add("c1", "*/5 * * * *", "UTC", T0)
-    now = T0 + 3600 + 120  # instants at +5m .. +60m: twelve of them
-    ((entry, at, missed),) = table.due(now)
-    assert at == T0 + 3600
-    assert missed == 11
-    assert entry.next_fire_at == T0 + 3600 + 300
-    assert table.due(now) == []
-
-
-def test_due_coalescing_saturates_for_a_very_long_backlog() -> None:
-    table = CronTable()
-    table.add("c1", "* * * * *", "UTC", T0)
-    now = T0 + 30 * 86400 + 30.5  # 43,200 missed minutes
-    ((entry, at, missed),) = table.due(now)
-    assert at == T0 + 30 * 86400
-    assert missed == CATCH_UP_SCAN_MAX
-    assert entry.next_fire_at == at + 60
-
-
-def test_due_saturated_jump_lands_on_the_second_occurrence() -> None:
-    table = CronTable()
-    table.add("c1", "* * * * *", "Europe/Berlin", utc("2026-10-10T00:00").timestamp())
-    now = datetime.fromisoformat("2026-10-25T02:30:30+01:00").timestamp()  # second pass
-    ((entry, at, missed),) = table.due(now)
-    assert local(datetime.fromtimestamp(at, UTC), "Europe/Berlin") == "2026-10-25T02:30:00+01:00"
-    assert missed == CATCH_UP_SCAN_MAX
-    next_at = datetime.fromtimestamp(entry.next_fire_at, UTC)
-    assert local(next_at, "Europe/Berlin") == "2026-10-25T02:31:00+01:00"
-
-
-def test_due_coalesces_both_fold_instants_of_a_daily_job_into_one_fire() -> None:
-    table = CronTable()
-    table.add("c1", "30 2 * * *", "Europe/Berlin", utc("2026-10-24T12:00").timestamp())
-    after_fold = utc("2026-10-25T02:00").timestamp()  # 03:00 CET, both 02:30s passed
-    ((entry, at, missed),) = table.due(after_fold)
-    assert (at, missed) == (utc("2026-10-25T01:30").timestamp(), 1)
-    assert entry.next_fire_at == utc("2026-10-26T01:30").timestamp()
-    assert table.due(after_fold) == []
-
-
-def test_due_fires_a_daily_job_at_each_fold_instant_when_polled_between() -> None:
-    table = CronTable()
-    table.add("c1", "30 2 * * *", "Europe/Berlin", utc("2026-10-24T12:00").timestamp())
-    fires = []
-    for now in ("2026-10-25T00:45", "2026-10-25T01:45", "2026-10-25T02:00"):
-        fires += [(at, missed) for _, at, missed in table.due(utc(now).timestamp())]
-    assert fires == [
-        (utc("2026-10-25T00:30").timestamp(), 0),
-        (utc("2026-10-25T01:30").timestamp(), 0),
-    ]
-
-
-def test_next_due_at_is_the_earliest_live_entry() -> None:
-    table = CronTable()
-    assert table.next_due_at() is None
-    table.add("hourly", "0 * * * *", "UTC", T0)
-    table.add("half", "30 * * * *", "UTC", T0)
-    assert table.next_due_at() == T0 + 1800
-    table.remove("half")
-    assert table.next_due_at() == T0 + 3600
-    table.remove("hourly")
-    assert table.next_due_at() is None
-
-
-def test_removed_entries_do_not_accumulate_in_the_heap() -> None:
-    table = CronTable()
-    for i in range(100):
-        table.add(f"c{i}", "0 * * * *", "UTC", T0)
-    for i in range(90):
-        table.remove(f"c{i}")
-    assert len(table) == 10
-    assert len(table._heap) <= 2 * len(table) + 1
-
-
-def test_snapshot_and_restore_round_trip_exactly() -> None:
-    table = CronTable()
-    table.add("b", "*/7 * * * *", "Asia/Kolkata", T0, template=b"\x00\xff")
-    table.add("a", "30 2 * * *", "Europe/Berlin", T0 + 1.5)
-    table.due(T0 + 1000)
-    snapshot = table.snapshot()
-    assert [e.cron_id for e in snapshot] == ["a", "b"]
-    wire = msgspec.json.encode(snapshot)
-    restored = CronTable.restore(msgspec.json.decode(wire, type=list[CronEntry]))
-    assert restored.snapshot() == snapshot
-    assert restored.next_due_at() == table.next_due_at()
-    later = T0 + 86400 * 3
-    assert restored.due(later) == table.due(later)
-
-
-def test_restore_refuses_corrupt_entries() -> None:
-    entry = CronTable().add("c1", "0 * * * *", "UTC", T0)
-    with pytest.raises(CorruptRecord):
-        CronTable.restore([entry, entry])
-    with pytest.raises(CorruptRecord):
-        CronTable.restore([msgspec.structs.replace(entry, expression="0 * * * * *")])
-    with pytest.raises(CorruptRecord):
-        CronTable.restore([msgspec.structs.replace(entry, timezone="Nowhere/Land")])
-    with pytest.raises(CorruptRecord):
-        CronTable.restore([msgspec.structs.replace(entry, next_fire_at=math.nan)])
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    expression=st.sampled_from(["*/7 * * * *", "0 * * * *", "30 2 * * *", "*/30 1-3 * * *"]),
-    tz=st.sampled_from(["UTC", "Europe/Berlin", "America/New_York"]),
-    start=st.sampled_from(["2026-03-07T12:00", "2026-03-28T20:00", "2026-10-24T20:00"]),
-    steps=st.lists(st.integers(1, 6 * 3600), min_size=1, max_size=12),
-)
-def test_due_accounts_for_every_instant_exactly_once(
-    expression: str, tz: str, start: str, steps: list[int]
-) -> None:
-    t = utc(start).timestamp()
-    table = CronTable()
-    table.add("c", expression, tz, t)
-    fired_and_missed = 0
-    fires: list[float] = []
-    for step in steps:
-        t += step
-        for _, at, missed in table.due(t):
-            fired_and_missed += 1 + missed
-            fires.append(at)
-    expected: list[float] = []
-    cursor = utc(start).timestamp()
-    while (cursor := next_fire_after(expression, tz, cursor)) <= t:
-        expected.append(cursor)
-    assert fired_and_missed == len(expected)
-    assert all(at in expected for at in fires)
-    assert fires == sorted(set(fires))

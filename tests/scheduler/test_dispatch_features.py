@@ -11,9 +11,6 @@ import pytest
 from _core_helpers import T0, Driver, act, fingerprint, grants, of_type
 
 from wf.errors import (
-    InvalidArgument,
-    InvalidCronExpression,
-    InvalidTimezone,
     NotFound,
     Overloaded,
     StaleLease,
@@ -23,17 +20,23 @@ from wf.scheduler.backpressure import BackpressureConfig
 from wf.scheduler.config import SchedulerConfig, StealingConfig
 from wf.scheduler.dispatcher import SchedulerCore
 from wf.scheduler.load_balancer import BalancingStrategy
-from wf.scheduler.model import ActivityState, HeartbeatStats, Priority, RetryPolicy
+from wf.scheduler.model import (
+    ActivityState,
+    CancelOrigin,
+    HeartbeatStats,
+    Priority,
+    RetryPolicy,
+    TransitionReason,
+)
 from wf.scheduler.outputs import (
-    ActivitySubmitted,
+    ActivityCancelled,
     BackpressureChanged,
-    CronFired,
-    CronUpserted,
     LeaseGranted,
     LeaseRevoked,
     Transition,
 )
 from wf.scheduler.rate_limiter import RateLimitConfig
+from wf.scheduler.timer import CalendarSchedule
 
 S = ActivityState
 HOUR = 3600.0
@@ -475,118 +478,33 @@ def test_delayed_activities_due_together_wake_in_submission_order() -> None:
     assert order == ["a0", "a1", "a2"]
 
 
-# --- cron -------------------------------------------------------------------------------------
+# --- calendar delays --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "expression", ["", "61 * * * *", "0 */6 * * * *", "@daily", "0 0 L * *", "* * 31 2 *"]
-)
-def test_registering_an_invalid_cron_expression_is_refused_and_changes_nothing(
-    expression: str,
-) -> None:
-    d = Driver()
-    before = fingerprint(d.core)
-    with pytest.raises(InvalidCronExpression):
-        d.do(cmd.RegisterCron, cron_id="c", expression=expression, template=act("tmpl"))
-    assert fingerprint(d.core) == before
+def test_a_calendar_delay_sleeps_until_the_next_instant_of_its_expression_in_its_zone() -> None:
+    # The core keeps no recurring triggers (deployment schedules do); a calendar delay
+    # resolves one cron instant against the submission's ``now``.
+    d = Driver(SchedulerConfig(early_grant_s=0))
+    nightly = CalendarSchedule(cron="0 9 * * *", timezone="America/New_York")
+    out = d.submit(act("report", delay=nightly))
+    (transition,) = of_type(out.records, Transition)
+    # 09:00 EST is 14:00 UTC in January.
+    assert (transition.to_state, transition.not_before) == (S.DELAYED, T0 + 14 * HOUR)
+    assert d.tick(T0 + 14 * HOUR - 1).records == []
+    assert d.state("report") is S.DELAYED
+    d.tick(T0 + 14 * HOUR)
+    assert d.state("report") is S.QUEUED
 
 
-def test_registering_a_cron_with_a_bad_zone_or_template_is_refused() -> None:
-    d = Driver()
-    before = fingerprint(d.core)
-    with pytest.raises(InvalidTimezone):
-        d.do(
-            cmd.RegisterCron,
-            cron_id="c",
-            expression="* * * * *",
-            timezone="Mars/Olympus",
-            template=act("t"),
-        )
-    with pytest.raises(InvalidArgument):
-        d.do(cmd.RegisterCron, cron_id="c", expression="* * * * *", template=act("t", policy="x"))
-    with pytest.raises(InvalidArgument):
-        d.do(cmd.RegisterCron, cron_id="", expression="* * * * *", template=act("t"))
-    assert fingerprint(d.core) == before
-
-
-def cron_core() -> Driver:
-    d = Driver()
-    template = act("ignored", tenant="ops", priority=Priority.HIGH, payload=b"p")
-    out = d.do(cmd.RegisterCron, cron_id="six", expression="0 */6 * * *", template=template)
-    (record,) = of_type(out.records, CronUpserted)
-    assert record.next_fire_at == T0 + 6 * HOUR
-    return d
-
-
-def test_registered_cron_fires_on_tick_at_its_instants_with_deterministic_ids() -> None:
-    d = cron_core()
-    assert d.tick(T0 + 6 * HOUR - 1).decisions == []
-    out = d.tick(T0 + 6 * HOUR)
-    instant = T0 + 6 * HOUR
-    assert of_type(out.decisions, CronFired) == [
-        CronFired(cron_id="six", instant=instant, activity_id=f"six@{instant:.0f}", missed=0)
-    ]
-    (submitted,) = of_type(out.records, ActivitySubmitted)
-    a = submitted.activity
-    assert (a.activity_id, a.tenant, a.priority, a.payload) == (
-        f"six@{instant:.0f}",
-        "ops",
-        Priority.HIGH,
-        b"p",
-    )
-    assert d.state(f"six@{instant:.0f}") is S.QUEUED
-    assert of_type(d.tick(T0 + 6 * HOUR + 1).decisions, CronFired) == []
-    out = d.tick(T0 + 12 * HOUR)
-    assert [f.activity_id for f in of_type(out.decisions, CronFired)] == [
-        f"six@{T0 + 12 * HOUR:.0f}"
-    ]
-
-
-def test_cron_after_a_gap_fires_once_and_reports_the_missed_instants() -> None:
-    d = cron_core()
-    d.tick(T0 + 6 * HOUR)
-    out = d.tick(T0 + 24 * HOUR + 100)
-    assert of_type(out.decisions, CronFired) == [
-        CronFired(
-            cron_id="six",
-            instant=T0 + 24 * HOUR,
-            activity_id=f"six@{T0 + 24 * HOUR:.0f}",
-            missed=2,
-        )
-    ]
-    (record,) = of_type(out.records, CronUpserted)
-    assert record.next_fire_at == T0 + 30 * HOUR
-
-
-def test_cron_firing_is_identical_across_cores() -> None:
+def test_calendar_delays_resolve_identically_across_cores() -> None:
     def run() -> bytes:
-        d = cron_core()
-        for hours in (6, 7, 30, 31):
+        d = Driver()
+        d.submit(act("a", delay=CalendarSchedule(cron="0 */6 * * *")))
+        for hours in (6, 7, 30):
             d.tick(T0 + hours * HOUR)
         return msgspec.json.encode([d.decisions, d.records])
 
     assert run() == run()
-
-
-def test_cron_in_a_time_zone_fires_at_local_wall_time() -> None:
-    d = Driver()
-    d.do(
-        cmd.RegisterCron,
-        cron_id="ny",
-        expression="0 9 * * *",
-        timezone="America/New_York",
-        template=act("t"),
-    )
-    out = d.tick(T0 + 14 * HOUR)  # 09:00 EST is 14:00 UTC in January
-    assert [f.instant for f in of_type(out.decisions, CronFired)] == [T0 + 14 * HOUR]
-
-
-def test_removed_cron_no_longer_fires() -> None:
-    d = cron_core()
-    d.do(cmd.RemoveCron, cron_id="six")
-    assert of_type(d.tick(T0 + 48 * HOUR).decisions, CronFired) == []
-    with pytest.raises(NotFound):
-        d.do(cmd.RemoveCron, cron_id="six")
 
 
 # --- cancellation -----------------------------------------------------------------------------
@@ -605,6 +523,43 @@ def test_cancel_of_a_queued_activity_removes_it_from_the_queue() -> None:
     )
     assert d.core.queue.depth == 1
     assert list(d.lease(n=5)) == ["b"]
+
+
+@pytest.mark.parametrize("origin", list(CancelOrigin))
+def test_cancel_reports_its_origin_with_the_text_left_as_text(origin: CancelOrigin) -> None:
+    d = Driver()
+    d.submit(act("a", workflow_id="wf-1", correlation_id="c-1"))
+    # Text that reads like another origin's changes nothing: listeners go by origin.
+    out = d.do(cmd.Cancel, activity_id="a", reason="run 7 is obsolete", origin=origin)
+    assert out.decisions == [
+        ActivityCancelled(
+            activity_id="a",
+            workflow_id="wf-1",
+            correlation_id="c-1",
+            origin=origin,
+            reason="run 7 is obsolete",
+        )
+    ]
+    (transition,) = of_type(out.records, Transition)
+    assert transition.reason == "run 7 is obsolete"
+
+
+def test_a_cancel_without_an_origin_is_an_operators() -> None:
+    d = Driver()
+    d.submit(act("a"))
+    (decision,) = d.do(cmd.Cancel, activity_id="a").decisions
+    assert decision == ActivityCancelled(
+        activity_id="a",
+        workflow_id="",
+        correlation_id="",
+        origin=CancelOrigin.OPERATOR,
+        reason=TransitionReason.CANCELLED,
+    )
+    # An input log written before origins existed decodes to the same command.
+    old = msgspec.json.decode(
+        b'{"cmd":"cancel","now":1.0,"activity_id":"a","reason":"x"}', type=cmd.Command
+    )
+    assert old == cmd.Cancel(now=1.0, activity_id="a", reason="x", origin=CancelOrigin.OPERATOR)
 
 
 def test_cancel_of_a_delayed_activity_means_it_never_wakes() -> None:

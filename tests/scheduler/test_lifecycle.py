@@ -130,9 +130,8 @@ def _drive_every_path() -> set[tuple[ActivityState, ActivityState]]:
 def test_every_lifecycle_edge_reachable_through_commands_yields_one_record() -> None:
     edges = _drive_every_path()
     table = {(a, b) for a, targets in TRANSITIONS.items() for b in targets}
-    assert edges <= table
-    # Queued -> Failed is taken only by recovery (a corrupt stored record).
-    assert table - edges == {(S.QUEUED, S.FAILED)}
+    # Every edge of the table is taken by some command: the table has no dead edge.
+    assert edges == table
 
 
 def test_transition_records_carry_the_counters_after_the_change() -> None:
@@ -324,7 +323,6 @@ def test_bad_worker_registration_raises_and_changes_nothing(info: WorkerInfo) ->
         cmd.StartActivity(now=T0, activity_id="ghost", token=1),
         cmd.RenewLease(now=T0, activity_id="ghost", token=1),
         cmd.WorkersLost(now=T0, worker_ids=("w1", "ghost")),
-        cmd.RemoveCron(now=T0, cron_id="ghost"),
     ],
     ids=lambda c: type(c).__name__,
 )

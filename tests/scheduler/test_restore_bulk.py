@@ -21,7 +21,6 @@ import pytest
 from _core_helpers import fingerprint
 
 from wf.scheduler.backpressure import BackpressureController
-from wf.scheduler.cron import CronTable
 from wf.scheduler.dispatcher import SchedulerCore
 from wf.scheduler.model import ActivityState, WorkerStatus
 from wf.scheduler.policies import _PolicyBase
@@ -67,8 +66,6 @@ def reference_restore(snap: CoreSnapshot) -> SchedulerCore:
         core.running += len(worker.leases)
     core.waiting = {wid: core.registry.workers[wid] for wid in snap.waiting}
     core.timers = DelayedTimers.restore(snap.timers)
-    core.crons = CronTable.restore(snap.crons)
-    core.cron_templates = dict(snap.cron_templates)
     core.limiter = RateLimiter.restore(snap.config.limits, snap.limiter)
     core.backpressure = BackpressureController.restore(snap.config.backpressure, snap.backpressure)
     core.balancer.restore(snap.balancer)

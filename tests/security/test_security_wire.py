@@ -34,7 +34,8 @@ from wf.server.config import (
     TlsConfig,
 )
 from wf.server.rpc import Caller
-from wf.server.scheduler_api import OWNER_LABEL, NoParams
+from wf.server.scheduler_api import OWNER_LABEL
+from wf.wire.methods import MethodSpec, NoParams
 
 TOKENS = {
     "admin": "tok-admin-7f3c9a",
@@ -140,9 +141,16 @@ async def serving(
         return {"who": caller.identity}
 
     # No shipped method needs the admin level yet; this one proves the wire enforces it.
-    server.registry.add(
-        "test.admin_only", NoParams, admin_only, access="admin", summary="test method"
+    admin_only_method = MethodSpec(
+        name="test.admin_only",
+        python_name="admin_only",
+        params=NoParams,
+        result=dict[str, str],
+        access="admin",
+        summary="test method",
     )
+    server.registry.declare(admin_only_method)
+    server.registry.handle(admin_only_method, admin_only)
     await server.start()
     try:
         yield server

@@ -13,11 +13,9 @@ def test_group_steps_keeps_order_inside_each_family_and_merges_runs() -> None:
         ("insert_activity", {"n": 1}),
         ("apply_transition", {"n": 2}),
         ("insert_transition", {"n": 3}),
-        ("upsert_cron", {"n": 4}),
         ("apply_transition", {"n": 5}),
         ("insert_transition", {"n": 6}),
         ("renew_lease", {"n": 7}),
-        ("delete_cron", {"n": 8}),
         ("upsert_worker", {"n": 9}),
         ("insert_activity", {"n": 10}),
         ("apply_transition", {"n": 11}),
@@ -30,8 +28,6 @@ def test_group_steps_keeps_order_inside_each_family_and_merges_runs() -> None:
         ("renew_lease", [7]),
         ("apply_transition", [11]),
         ("upsert_worker", [9]),
-        ("upsert_cron", [4]),
-        ("delete_cron", [8]),
         ("insert_transition", [3, 6, 12]),
     ]
 

@@ -42,8 +42,6 @@ from wf.scheduler.model import (
 )
 from wf.scheduler.outputs import (
     ActivitySubmitted,
-    CronRemoved,
-    CronUpserted,
     LeaseGranted,
     LeaseRenewed,
     Outcome,
@@ -186,11 +184,6 @@ async def rich_history(rec: Recorder) -> None:
     w2 = await rec.lease("w2", 1)
     assert len(w2) == 1
     await rec.do(cmd.WorkersLost, worker_ids=("w2",))
-    await rec.do(
-        cmd.RegisterCron, cron_id="every-minute", expression="* * * * *", template=act("tpl")
-    )
-    await rec.do(cmd.RegisterCron, cron_id="gone", expression="0 0 * * *", template=act("tpl2"))
-    await rec.do(cmd.RemoveCron, cron_id="gone")
     rec.now += 120
     await rec.do(cmd.Tick)
     await rec.do(cmd.ShutdownWorker, worker_id="w1")
@@ -214,12 +207,8 @@ def test_every_record_kind_round_trips(store_factory: Backend) -> None:
                 Transition,
                 LeaseRenewed,
                 WorkerUpserted,
-                CronUpserted,
-                CronRemoved,
             }
             stored = await assert_same_state(rec)
-            assert [c.cron_id for c in stored.crons] == ["every-minute"]
-            assert stored.crons[0].template == act("tpl")
             assert {w.info.worker_id for w in stored.workers} == {"w1", "w2", "w3"}
             assert stored.diagnostics == []
         finally:

@@ -28,6 +28,7 @@ from wf.scheduler.model import Activity, RetryPolicy, WorkerInfo
 from wf.scheduler.outputs import LeaseGranted
 from wf.store import pages
 from wf.store.protocol import ArtifactRow, DeploymentRow, ScheduleRow, Store
+from wf.store.query import sql_of
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 R = TypeVar("R")
@@ -278,20 +279,18 @@ def test_sqlite_page_queries_read_through_an_index_without_sorting(tmp_path: Any
 
     asyncio.run(create())
     queries = [
-        pages.schedules_page(postgres=False, after="a", limit=5, include_deleted=False,
-                             tenants=["t1", "t2"]),
-        pages.schedules_page(postgres=False, after="a", limit=5, include_deleted=True,
-                             tenants=None),
-        pages.artifacts_page(postgres=False, after=("a", 1), artifact_id=None, limit=5),
-        pages.artifacts_page(postgres=False, after=("a", 1), artifact_id="a", limit=5),
-        pages.deployments_page(postgres=False, after="a", limit=5),
-        pages.history_page(postgres=False, activity_id="a", after=3, limit=5),
-    ]  # fmt: skip
+        pages.schedules_page(after="a", limit=5, include_deleted=False, tenants=["t1", "t2"]),
+        pages.schedules_page(after="a", limit=5, include_deleted=True, tenants=None),
+        pages.artifacts_page(after=("a", 1), artifact_id=None, limit=5),
+        pages.artifacts_page(after=("a", 1), artifact_id="a", limit=5),
+        pages.deployments_page(after="a", limit=5),
+        pages.history_page(activity_id="a", after=3, limit=5),
+    ]
     conn = sqlite3.connect(tmp_path / "store" / "scheduler.db")
     try:
         for query in queries:
             assert query is not None
-            sql, params = query
+            sql, params = sql_of(query, "sqlite"), query.params
             plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
             assert len(plan) == 1, (sql, plan)
             assert plan[0].startswith("SEARCH "), (sql, plan)

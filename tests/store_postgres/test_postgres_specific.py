@@ -24,8 +24,6 @@ from wf.errors import CorruptRecord, InvalidArgument, OwnershipConflict, StoreUn
 from wf.scheduler.model import Activity, ActivityState, WorkerInfo, WorkerStatus
 from wf.scheduler.outputs import (
     ActivitySubmitted,
-    CronRemoved,
-    CronUpserted,
     LeaseRenewed,
     Record,
     Transition,
@@ -585,7 +583,6 @@ def test_existing_ids_are_looked_up_in_chunks(
 
 def test_every_named_query_runs_on_postgres(pg_dsn: str, pg_schema: str) -> None:
     """Each record kind, each read and each check query, on the real server."""
-    template = Activity(activity_id="tpl", activity_type="t")
     leased = Transition(
         at=T0 + 1,
         activity_id="a1",
@@ -607,22 +604,10 @@ def test_every_named_query_runs_on_postgres(pg_dsn: str, pg_schema: str) -> None
             status=WorkerStatus.ACTIVE,
             registered_at=T0,
         ),
-        *(
-            CronUpserted(
-                at=T0,
-                cron_id=c,
-                expression="* * * * *",
-                timezone="UTC",
-                next_fire_at=T0 + 60,
-                template=template,
-            )
-            for c in ("c1", "c2")
-        ),
         *submitted("a1", 1),
         leased,
         LeaseRenewed(at=T0 + 2, activity_id="a1", token=1, expires_at=T0 + 62),
         LeaseRenewed(at=T0 + 3, activity_id="a1", token=0, expires_at=T0 + 999),  # stale
-        CronRemoved(at=T0 + 4, cron_id="c2"),
     ]
 
     async def main() -> None:
@@ -633,8 +618,6 @@ def test_every_named_query_runs_on_postgres(pg_dsn: str, pg_schema: str) -> None
             (a1,) = state.activities
             assert (a1.state, a1.token, a1.worker_id) == (ActivityState.LEASED, 1, "w1")
             assert (a1.lease_expires_at, a1.queued_at, a1.submitted_at) == (T0 + 62, T0, T0)
-            assert [c.cron_id for c in state.crons] == ["c1"]
-            assert state.crons[0].template == template
             assert [w.info.worker_id for w in state.workers] == ["w1"]
             assert (state.seq, state.token, state.worker_seq) == (1, 1, 1)
             assert [t.to_state for t in await store.history("a1")] == [

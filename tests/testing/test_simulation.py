@@ -14,6 +14,7 @@ from wf.scheduler.config import PolicyConfig, SchedulerConfig, StealingConfig
 from wf.scheduler.dispatcher import SchedulerCore
 from wf.scheduler.lease import LeaseTable
 from wf.scheduler.model import Activity
+from wf.scheduler.outputs import ActivityCancelled
 from wf.scheduler.policies import PriorityPolicy, WeightedFairPolicy
 from wf.scheduler.rate_limiter import RateLimitConfig
 from wf.scheduler.replay import LogHeader, replay, start_core
@@ -122,6 +123,21 @@ def test_a_lost_activity_is_caught_with_a_reproduction_command(
     message = str(caught.value)
     assert "reproduce: uv run wf simulate --seed 3 --steps 400" in message
     assert "at step 60" in message
+
+
+def test_a_cancel_nobody_hears_of_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The run engine learns of a cancel only from ActivityCancelled (by its origin).
+    original = SchedulerCore.handle
+
+    def silent_cancels(self: SchedulerCore, command: Any) -> Any:
+        outcome = original(self, command)
+        outcome.decisions = [d for d in outcome.decisions if type(d) is not ActivityCancelled]
+        return outcome
+
+    monkeypatch.setattr(SchedulerCore, "handle", silent_cancels)
+    _seed, exc = _expect_violation(range(30))
+    assert exc.invariant == "exactly_once"
+    assert "ActivityCancelled" in str(exc)
 
 
 def test_disabled_fencing_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

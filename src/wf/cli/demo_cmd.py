@@ -1,250 +1,385 @@
-"""``wf demo``: a guided hour of scheduling on the real core, in virtual time.
+"""``wf demo``: an hour of the real server, on a virtual clock, in a store folder of its own.
 
-Three workers (two CPU workers in ``eu``, one GPU worker), two tenants with
-weights, a cron report every 15 minutes, a delayed job, a flaky activity
-that is retried, and a worker that crashes mid-activity: one idempotent
-activity it held is requeued elsewhere, one non-idempotent one fails closed
-with ``may_have_executed``. Everything runs through
-:class:`wf.testing.cluster.InProcessCluster`, so the output is the core's
-real decisions; it takes milliseconds because the clock is virtual.
+Theory of operation
+-------------------
+The demo starts the production server machinery (:func:`build_local_static_workflow_server`:
+scheduler node, run engine, deployment schedules, two in-process workers over
+loopback) on a :class:`~wf.testing.clock.VirtualClock`, and
+:class:`~wf.testing.timeskip.TimeSkipper` moves that clock from one due instant
+to the next, so the hour takes a second or two. Through the server's own Python
+API, as the local administrator, it installs four small workflows and a
+deployment schedule, then starts runs:
+
+- ``report``: deployment schedule ``quarter-hour-report`` (``*/15 * * * *``,
+  Europe/Berlin), one run every quarter hour: the one cron engine (004);
+- ``resize``: six runs the two workers share;
+- ``cleanup``: a timer node that waits ten minutes, then formats a line;
+- ``sync``: a flaky activity that fails its first attempt and is retried ten
+  (virtual) seconds later;
+- ``checkout``: a non-idempotent ``charge_card``. While it executes, the
+  demo reports its worker's host lost (``WorkersLost``, as infrastructure
+  monitoring would): the core fails the activity closed with
+  ``may_have_executed`` instead of charging twice (idempotent work the worker
+  held would be requeued), and the run fails with that code.
+
+Every decision is the real core's, committed to the store before anyone acts
+on it; the demo prints them as a timeline and a JSON summary. The store is
+``.wf_demo`` by default (never the server's ``.wf_store``), or a temporary
+folder with ``--in-memory``. Run it again on the same folder and it goes on
+where the store stands, one more virtual hour: the schedule is paused when a
+demo ends and resumed when the next begins, so the hours in between are never
+replayed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import logging
 import math
 import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from wf.clock import SystemClock
-from wf.errors import WfError
-from wf.node import default_owner
-from wf.scheduler.config import PolicyConfig, SchedulerConfig
-from wf.scheduler.dispatcher import SchedulerCore
-from wf.scheduler.load_balancer import BalancingStrategy
-from wf.scheduler.model import Activity, Priority, RetryPolicy, WorkerInfo
-from wf.scheduler.outputs import LeaseGranted, Record
-from wf.scheduler.recovery import restore
-from wf.scheduler.timer import RelativeDelay
-from wf.store.loader import build_snapshot
-from wf.store.sqlite import SQLiteStore
+from wf.activities import BUILTIN_ACTIVITIES
+from wf.errors import NotFound, WfError
+from wf.runtime.runs import Run, RunStatus
+from wf.scheduler import commands as cmd
+from wf.scheduler.model import ActivityState
+from wf.scheduler.outputs import (
+    ActivityFailed,
+    LeaseGranted,
+    Outcome,
+    RetryScheduled,
+    Transition,
+    WorkerFailed,
+)
+from wf.schedules import SchedulerServiceConfig, build_scheduler_service
+from wf.server.local import LocalStaticServer, build_local_static_workflow_server
 from wf.testing.clock import VirtualClock
-from wf.testing.cluster import InProcessCluster, Step
+from wf.testing.timeskip import TimeSkipper
+from wf.worker import activity
+from wf.worker.activity import activity_info
 
-START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+STORE_ROOT_DEFAULT: Final = ".wf_demo"
+"""The demo's own store folder (never the server's ``.wf_store``)."""
+SCHEDULE_ID: Final = "quarter-hour-report"
+SCHEDULE_ZONE: Final = "Europe/Berlin"
+QUARTER_HOUR_S: Final = 900
+DEMO_HOUR_S: Final = 3599
+"""Virtual seconds one demo plays: just short of the next hour's first report."""
+RESIZE_RUNS: Final = 6
+CHARGE_NODE: Final = ".charge"
+"""How the id of a checkout run's ``charge_card`` activity ends (``<run id>.charge``)."""
+CHARGE_S: Final = 0.2
+"""Real seconds ``charge_card`` takes: long enough for the host loss to land first."""
+
+_RESULT: Final = {"text": {"$node": "out", "path": "text"}}
+PLANS: Final[dict[str, dict[str, Any]]] = {
+    "report": {
+        "nodes": [
+            {
+                "kind": "activity",
+                "id": "out",
+                "activity_type": "format_text",
+                "args": {"template": "quarter-hour report"},
+                "idempotent": True,
+            }
+        ],
+        "output": _RESULT,
+    },
+    "resize": {
+        "input_schema": {"type": "object", "properties": {"image": {"type": "string"}}},
+        "nodes": [
+            {
+                "kind": "activity",
+                "id": "out",
+                "activity_type": "upper",
+                "args": {"text": {"$input": "image"}},
+                "idempotent": True,
+            }
+        ],
+        "output": _RESULT,
+    },
+    "cleanup": {
+        "nodes": [
+            {"kind": "timer", "id": "wait", "delay": {"kind": "relative", "seconds": 600}},
+            {
+                "kind": "activity",
+                "id": "out",
+                "activity_type": "format_text",
+                "needs": ["wait"],
+                "args": {"template": "cleaned up"},
+                "idempotent": True,
+            },
+        ],
+        "output": _RESULT,
+    },
+    "sync": {
+        "nodes": [
+            {
+                "kind": "activity",
+                "id": "out",
+                "activity_type": "flaky_sync",
+                "retry": {"max_attempts": 3, "initial_backoff_s": 10, "jitter_fraction": 0},
+                "idempotent": True,
+            }
+        ],
+        "output": _RESULT,
+    },
+    "checkout": {
+        "nodes": [{"kind": "activity", "id": "charge", "activity_type": "charge_card"}],
+        "output": {"receipt": {"$node": "charge"}},
+    },
+}
+"""The demo's workflows (artifact id -> plan), each deployed as ``<id>.default``."""
+
+
+class SyncUnavailable(Exception):
+    """The first attempt of ``flaky_sync`` always meets this."""
+
+
+@activity(name="flaky_sync", idempotent=True)
+def flaky_sync() -> dict[str, str]:
+    """Fails its first attempt, succeeds on the next."""
+    attempt = activity_info().attempt
+    if attempt == 1:
+        raise SyncUnavailable("the remote end did not answer")
+    return {"text": f"synced on attempt {attempt}"}
+
+
+@activity(name="charge_card")
+async def charge_card() -> dict[str, str]:
+    """Charges a card: an external effect that must not happen twice."""
+    await asyncio.sleep(CHARGE_S)
+    return {"text": "charged"}
+
+
+DEMO_ACTIVITIES: Final = [*BUILTIN_ACTIVITIES, flaky_sync, charge_card]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``wf demo``."""
     parser = subparsers.add_parser(
-        "demo", help="watch the scheduler run an hour of work, persisted in a store folder"
+        "demo",
+        help="watch the real server run an hour of workflows on a virtual clock",
+        description="Run an hour of workflows, a deployment schedule, a retry and a lost "
+        "host on the real server machinery, in virtual time, in a store folder of its own.",
     )
     parser.add_argument(
         "--store-root",
-        default=".wf_store",
-        help="embedded store folder (SQLite); runs accumulate there (default: .wf_store)",
+        default=STORE_ROOT_DEFAULT,
+        help=f"the demo's store folder (SQLite); each run adds an hour (default: "
+        f"{STORE_ROOT_DEFAULT})",
     )
     parser.add_argument(
-        "--in-memory", action="store_true", help="keep nothing: no store folder is used"
+        "--in-memory",
+        action="store_true",
+        help="keep nothing: use a temporary store folder, removed at the end",
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON only")
     parser.set_defaults(handler=run)
 
 
-def _handler(grant: LeaseGranted) -> Step:
-    kind = grant.activity_type
-    if kind == "flaky" and grant.lease.attempt == 1:
-        return Step(duration_s=5, error="TimeoutError")
-    if kind == "train":
-        return Step(duration_s=600)
-    if kind == "charge-card":
-        return Step(duration_s=300)
-    return Step(duration_s=20, result=b"ok")
-
-
-DEMO_CONFIG = SchedulerConfig(
-    policies={
-        "default": PolicyConfig(
-            policy="weighted_fair", options={"weights": {"acme": 3, "globex": 1}}
-        )
-    },
-    balancer=BalancingStrategy.LOCALITY_AWARE,
-    lease_ttl_s=30,
-)
-"""Two tenants weighted 3:1, locality-aware balancing, 30-second leases."""
-
-
-def build_demo(cluster: InProcessCluster, prefix: str = "") -> InProcessCluster:
-    """Load the demo scenario into ``cluster``; activity ids get ``prefix``."""
-    for name, caps in (("cpu-1", frozenset[str]()), ("cpu-2", frozenset[str]())):
-        cluster.add_worker(
-            WorkerInfo(
-                worker_id=name,
-                hostname=f"{name}.local",
-                capabilities=caps,
-                max_concurrency=2,
-                labels={"locality": "eu"},
-                heartbeat_interval_s=5,
-            ),
-            _handler,
-        )
-    cluster.add_worker(
-        WorkerInfo(
-            worker_id="gpu-1",
-            hostname="gpu-1.local",
-            capabilities=frozenset({"gpu"}),
-            max_concurrency=1,
-            heartbeat_interval_s=5,
-        ),
-        _handler,
-    )
-    cluster.register_cron(
-        "quarter-hour-report",
-        "*/15 * * * *",
-        Activity(activity_id="template", activity_type="report", tenant="acme"),
-        "Europe/Berlin",
-    )
-    batch = [
-        Activity(
-            activity_id=f"{prefix}{tenant}-{i}",
-            activity_type="resize",
-            tenant=tenant,
-            priority=Priority.NORMAL if i % 3 else Priority.HIGH,
-            idempotent=True,
-            correlation_id=f"{prefix}run-{tenant}-{i}",
-        )
-        for tenant in ("acme", "globex")
-        for i in range(6)
-    ]
-    cluster.submit(*batch)
-    cluster.submit(
-        Activity(
-            activity_id=f"{prefix}train-model",
-            activity_type="train",
-            capabilities=frozenset({"gpu"}),
-        ),
-        Activity(
-            activity_id=f"{prefix}nightly-cleanup",
-            activity_type="cleanup",
-            priority=Priority.LOW,
-            delay=RelativeDelay(seconds=600),
-        ),
-        Activity(
-            activity_id=f"{prefix}flaky-sync",
-            activity_type="flaky",
-            retry=RetryPolicy(max_attempts=3, initial_backoff_s=10),
-        ),
-        Activity(
-            activity_id=f"{prefix}charge-card-42",
-            activity_type="charge-card",
-            tenant="acme",
-        ),
-        Activity(
-            activity_id=f"{prefix}rebuild-index",
-            activity_type="charge-card",
-            tenant="acme",
-            idempotent=True,
-        ),
-    )
-    return cluster
-
-
-class _DemoStore:
-    """The demo's store folder: recover the core from it, persist every record to it."""
-
-    def __init__(self, root: Path) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.store = SQLiteStore(root)
-        self.clock = SystemClock()
-
-    def open(self) -> SchedulerCore:
-        async def recover_core() -> SchedulerCore:
-            await self.store.open()
-            await self.store.acquire_ownership(default_owner(self.clock))
-            stored = await self.store.load()
-            snapshot, _diagnostics = build_snapshot(stored, DEMO_CONFIG, self.clock.now())
-            return restore(snapshot)
-
-        return self.loop.run_until_complete(recover_core())
-
-    def persist(self, records: list[Record]) -> None:
-        self.loop.run_until_complete(self.store.append(records))
-
-    def close(self) -> dict[str, int]:
-        async def finish() -> dict[str, int]:
-            diagnostics = await self.store.check()
-            stored = await self.store.load()
-            await self.store.close()
-            return {"unfinished_in_store": len(stored.activities), "diagnostics": len(diagnostics)}
-
-        try:
-            return self.loop.run_until_complete(finish())
-        finally:
-            self.loop.close()
-
-
 def run(args: argparse.Namespace) -> int:
-    """Run the scenario and print its timeline and summary."""
-    demo_store = None if args.in_memory else _DemoStore(Path(args.store_root))
+    """Play the demo hour; print its timeline (unless ``--json``) and summary."""
+    demo = _Demo()
     try:
-        if demo_store is None:
-            cluster = build_demo(InProcessCluster(DEMO_CONFIG, VirtualClock(START)))
-        else:
-            core = demo_store.open()
-            # Each run starts at the current quarter hour (real time), so instants in
-            # the store move forward from run to run and the scenario keeps its
-            # shape against the quarter-hour cron; ids carry the run's first seq.
-            start_at = math.floor(demo_store.clock.now() / 900) * 900
-            prefix = f"r{core.seq}-" if core.seq else ""
-            cluster = build_demo(
-                InProcessCluster(
-                    DEMO_CONFIG, VirtualClock(start_at), core=core, persist=demo_store.persist
-                ),
-                prefix,
-            )
-        summary = _play(cluster)
-        if demo_store is not None:
-            summary["store"] = {"root": str(Path(args.store_root).resolve())}
-            summary["store"].update(demo_store.close())
-            demo_store = None
+        with _store_root(args) as root, _quiet_logs():
+            summary = asyncio.run(demo.play(root))
     except WfError as exc:
         print(f"wf: error: {exc.message}", file=sys.stderr)
         return 2
-    finally:
-        if demo_store is not None:
-            demo_store.loop.run_until_complete(demo_store.store.close())
-            demo_store.loop.close()
     if not args.json:
-        for event in cluster.events:
-            stamp = datetime.fromtimestamp(event.at, UTC).strftime("%H:%M:%S")
-            print(f"{stamp}  {event.text}")
+        for at, text in demo.timeline:
+            print(f"{datetime.fromtimestamp(at, UTC):%H:%M:%S}  {text}")
         print()
-        print("The core made every decision above; workers and time were simulated in-process.")
+        print("The server made every decision above; only the clock was virtual.")
+    if not args.in_memory:
+        summary["store"] = {"root": str(Path(args.store_root).resolve())}
     print(json.dumps(summary, sort_keys=True))
     return 0
 
 
-def _play(cluster: InProcessCluster) -> dict[str, Any]:
-    """One virtual hour; at minute one the worker holding the card charge dies."""
-    start = cluster.clock.now()
-    cluster.run_until(start + 60)
-    running = {w: cluster.workers[w].running for w in ("cpu-1", "cpu-2")}
-    holder = next(
-        (w for w, held in running.items() if any(a.endswith("charge-card-42") for a in held)),
-        "cpu-2",
-    )
-    cluster.crash(holder)
-    # Stop just before the next quarter hour, so no report is left mid-flight.
-    cluster.run_until(start + 3599)
-    core = cluster.core
-    return {
-        "virtual_hours": 1,
-        "completed": len(cluster.completed),
-        "failed": {aid: f.reason for aid, f in sorted(cluster.failed.items())},
-        "queued": core.queue.depth,
-        "metrics": core.metrics.as_dict(),
-    }
+@contextlib.contextmanager
+def _store_root(args: argparse.Namespace) -> Iterator[Path]:
+    if args.in_memory:
+        with tempfile.TemporaryDirectory(prefix="wf-demo-") as folder:
+            yield Path(folder)
+    else:
+        yield Path(args.store_root)
+
+
+@contextlib.contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """Keep the server's and workers' log lines out of the demo's output: the lost host
+    makes the workers log warnings that the timeline already tells."""
+    logger = logging.getLogger("wf")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class _Demo:
+    """One demo hour on one store folder (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.timeline: list[tuple[float, str]] = []
+        self.clock = VirtualClock(math.floor(time.time() / QUARTER_HOUR_S) * QUARTER_HOUR_S)
+        self.run_status: dict[str, RunStatus] = {}
+        self.finished: dict[str, Run] = {}
+        self.host_lost = False
+        self.workers_lost = 0
+        self._server: LocalStaticServer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def play(self, root: Path) -> dict[str, Any]:
+        """Start the server on ``root``, play the hour, stop; returns the summary."""
+        server = build_local_static_workflow_server(
+            root, activities=DEMO_ACTIVITIES, workers=2, max_concurrency=2, schedules=True,
+            clock=self.clock,
+        )  # fmt: skip
+        await server.start()
+        try:
+            return await self._hour(server)
+        finally:
+            await server.stop()
+
+    async def _hour(self, server: LocalStaticServer) -> dict[str, Any]:
+        self._server = server
+        skipper = TimeSkipper(server, self.clock)
+        await self._install(server, skipper)
+        start = self.clock.now()
+        service = build_scheduler_service(
+            server, SchedulerServiceConfig(enabled=True), clock=self.clock
+        )
+        # No background loop: the skipper ticks the service itself, so that time never
+        # moves while an occurrence's run is being started.
+        await service.start(background=False)
+        skipper = TimeSkipper(server, self.clock, service)
+        server.server.node.listeners.append(self._on_outcome)
+        server.server.engine.listeners.append(self._on_run)
+        for i in range(1, RESIZE_RUNS + 1):
+            await server.api.start_run("resize.default", {"image": f"photo-{i}.jpg"})
+        for name in ("cleanup", "sync", "checkout"):
+            await server.api.start_run(f"{name}.default")
+        await skipper.advance_to(start + DEMO_HOUR_S)
+        await server.api.schedules.pause_schedule(
+            schedule_id=SCHEDULE_ID, reason="wf demo stopped; the next demo resumes it"
+        )
+        for task in self._tasks:
+            await task
+        return self._summary(start)
+
+    async def _install(self, server: LocalStaticServer, skipper: TimeSkipper) -> None:
+        """Create what a fresh store lacks; on a used one, move past its last demo."""
+        api = server.api
+        for artifact_id, plan in PLANS.items():
+            try:
+                await api.get_artifact(artifact_id, 1)
+            except NotFound:
+                await api.create_artifact_from_plan(artifact_id, 1, plan)
+            try:
+                await api.get_deployment(f"{artifact_id}.default")
+            except NotFound:
+                await api.save_deployment({"artifact_id": artifact_id, "artifact_version": 1})
+        try:
+            schedule = await api.schedules.get_schedule(schedule_id=SCHEDULE_ID)
+        except NotFound:
+            await api.schedules.create_schedule(
+                schedule_id=SCHEDULE_ID,
+                deployment_id="report.default",
+                trigger={"kind": "cron", "expression": "*/15 * * * *", "timezone": SCHEDULE_ZONE},
+                note="wf demo: one report every quarter hour",
+            )
+            return
+        # Virtual time only moves forward: start after everything the last demo did.
+        last = max(schedule["watermark"], schedule.get("paused_at") or 0.0)
+        resume_at = math.ceil(last / QUARTER_HOUR_S) * QUARTER_HOUR_S
+        if resume_at > self.clock.now():
+            await skipper.advance_to(resume_at)
+        await api.schedules.resume_schedule(schedule_id=SCHEDULE_ID)
+
+    # ------------------------------------------------------------ listeners
+
+    def _note(self, text: str, at: float | None = None) -> None:
+        self.timeline.append((self.clock.now() if at is None else at, text))
+
+    def _on_outcome(self, outcome: Outcome) -> None:
+        """Node listener: the core's decisions, as timeline lines."""
+        # Stamped with the command's instant: the clock may have moved on by the time
+        # the commit returns and listeners hear of it.
+        at = outcome.records[0].at if outcome.records else None
+        for d in outcome.decisions:
+            if type(d) is LeaseGranted:
+                self._note(f"{d.lease.activity_id} leased to {d.lease.worker_id}", at)
+            elif type(d) is RetryScheduled:
+                due = datetime.fromtimestamp(d.not_before, UTC)
+                self._note(f"{d.activity_id} failed; attempt {d.attempt} at {due:%H:%M:%S}", at)
+            elif type(d) is ActivityFailed:
+                self._note(f"{d.activity_id} failed for good ({d.reason})", at)
+            elif type(d) is WorkerFailed:
+                self.workers_lost += 1
+                self._note(f"worker {d.worker_id} declared lost ({d.reason})", at)
+        for r in outcome.records:
+            if (
+                type(r) is Transition
+                and r.to_state is ActivityState.EXECUTING
+                # The checkout's node: its run id is not known yet when the worker may
+                # already start it (start_run has not returned).
+                and r.activity_id.endswith(CHARGE_NODE)
+                and r.worker_id is not None
+                and not self.host_lost
+            ):
+                self.host_lost = True
+                self._note(f"{r.activity_id} is charging the card on {r.worker_id}", at)
+                # A listener must not call the node it listens to: the loss is its own task.
+                task = asyncio.get_running_loop().create_task(self._lose_host(r.worker_id))
+                self._tasks.add(task)
+
+    async def _lose_host(self, worker_id: str) -> None:
+        """What infrastructure monitoring would report: the worker's host is gone."""
+        self._note(f"the host of {worker_id} stops answering")
+        assert self._server is not None
+        node = self._server.server.node
+        await node.execute(lambda now: cmd.WorkersLost(now=now, worker_ids=(worker_id,)))
+
+    def _on_run(self, run: Run) -> None:
+        """Engine listener: a line when a run starts or reaches a final status."""
+        before = self.run_status.get(run.run_id)
+        if before is run.status:
+            return
+        self.run_status[run.run_id] = run.status
+        if run.final:
+            self.finished[run.run_id] = run
+            error = f" ({run.error.code})" if run.error is not None else ""
+            self._note(f"{run.run_id} [{run.deployment_id}] {run.status}{error}")
+        elif before is None:
+            schedule = run.trigger.schedule_id
+            via = f" by schedule {schedule}" if schedule else ""
+            self._note(f"{run.run_id} [{run.deployment_id}] started{via}")
+
+    def _summary(self, start: float) -> dict[str, Any]:
+        runs = self.finished.values()
+        return {
+            "virtual_start": datetime.fromtimestamp(start, UTC).isoformat(),
+            "virtual_hours": 1,
+            "runs": dict(sorted(Counter(str(r.status) for r in runs).items())),
+            "scheduled_runs": sum(1 for r in runs if r.trigger.schedule_id == SCHEDULE_ID),
+            "failed": {
+                r.run_id: r.error.code
+                for r in sorted(runs, key=lambda r: r.run_id)
+                if r.error is not None
+            },
+            "workers_lost": self.workers_lost,
+        }

@@ -43,7 +43,7 @@ import msgspec
 
 from wf.client.app import App, SyncApp
 from wf.errors import WfError
-from wf.server.schedule_rpc import CreateScheduleParams, UpdateScheduleParams
+from wf.wire.schedule_methods import CreateScheduleParams, UpdateScheduleParams
 
 DEFAULT_SERVER: Final = "http://127.0.0.1:8765"
 """``wf-rpc-server``'s default address."""

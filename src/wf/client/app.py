@@ -6,25 +6,29 @@ Every method of :class:`App` is the *twin* of a method of the server's
 Python API (``WfServer.scheduler``, a
 :class:`~wf.server.scheduler_api.SchedulerAPI`): the same name, the same
 parameters (minus the server-side ``caller``), the same result type and the
-same errors. What makes a method a twin is one row of a table
-(:data:`SCHEDULER_TWINS`): Python name → JSON-RPC name, the server's
-parameter Struct, the type the result decodes into, and the key under which
-the wire wraps a scalar result. Each method body is one call to the generic
-path :meth:`App._call`, which builds the parameter Struct (so the wire form
-is exactly what the server decodes), sends it through
+same errors. What makes a method a twin is its declaration in the wire
+contract (:class:`~wf.wire.methods.MethodSpec`, gathered in
+:mod:`wf.wire.contract`): its ``python_name`` is the twin's name, and it
+names the JSON-RPC method, the parameter Struct the server decodes, the
+type the result decodes into and the key under which the wire wraps a
+scalar result. Each method body is one call to the generic path
+:meth:`App._call`, which builds the parameter Struct (so the wire form is
+exactly what the server decodes), sends it through
 :class:`~wf.client.rpc_client.RpcClient` (which raises the typed
 :class:`~wf.errors.WfError` named by ``error.data.code``), unwraps and
 ``msgspec.convert`` s the result.
 
-Extending: :data:`WORKFLOW_TWINS` holds the ``workflow.*`` methods (the
-runtime's :class:`~wf.runtime.api.WorkflowAPI`) and :data:`SCHEDULE_TWINS`
-the ``workflow.schedules.*`` ones (:class:`~wf.schedules.api.ScheduleAPI`;
-their twins keep its parameter kinds: ids positional, options keyword-only).
-Later tables are merged into :attr:`App.TWINS` the same way, with one typed
-one-line method per row; ``tests/client/test_app_wire.py`` checks that every
-method in the server's registry has a row, that each row's parameter Struct
-is the one the server registered, and that each twin behaves over the wire
-like the Python API.
+The twin tables are generated from the contract: :data:`SCHEDULER_TWINS`
+(``scheduler.*``), :data:`WORKFLOW_TWINS` (``workflow.*``, the runtime's
+:class:`~wf.runtime.api.WorkflowAPI`) and :data:`SCHEDULE_TWINS`
+(``workflow.schedules.*``, :class:`~wf.schedules.api.ScheduleAPI`; their
+twins keep its parameter kinds: ids positional, options keyword-only), merged
+into :attr:`App.TWINS`, with one typed one-line method per declaration;
+``tests/client/test_app_wire.py`` checks that every method in the server's
+registry has a twin, that each twin's parameter Struct is the one the
+server registered, and that each twin behaves over the wire like the Python
+API. The client imports the wire contract only, never the server, the
+runtime or the store (``tests/test_import_layers.py``).
 
 :class:`SyncApp` runs the same coroutines on a private event loop for
 scripts and the CLI.
@@ -38,205 +42,52 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Self, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Final, Self, TypeAlias, TypeVar
 
 import msgspec
 
 from wf.client.rpc_client import RpcClient
-from wf.runtime.api import ArtifactPage, DeploymentPage
-from wf.runtime.artifacts import Artifact
-from wf.runtime.deployments import Deployment
-from wf.runtime.plan import Plan
 from wf.scheduler.model import Activity, HeartbeatStats, WorkerInfo
 from wf.scheduler.outputs import LeaseRevoked
-from wf.schedules.model import CronTrigger, OneShotTrigger
-from wf.server.schedule_rpc import (
-    CreateScheduleParams,
-    ListSchedulesParams,
-    OccurrencesParams,
-    PauseScheduleParams,
-    PreviewParams,
-    ScheduleIdParams,
-    UpdateScheduleParams,
-)
-from wf.server.scheduler_api import (
-    ActivityIdParams,
+from wf.tuning import loop_factory
+from wf.wire import schedule_methods, scheduler_methods, workflow_methods
+from wf.wire.methods import DISCOVER, MethodSpec
+from wf.wire.methods import MethodInfo as MethodInfo
+from wf.wire.scheduler_methods import (
     ActivityView,
-    CancelParams,
-    CompleteParams,
-    FailParams,
-    FencedParams,
-    HeartbeatParams,
-    HistoryParams,
-    ListWorkersParams,
-    NoParams,
-    PollParams,
     PollResult,
     QueueStats,
     RegisterResult,
-    RegisterWorkerParams,
-    SubmitParams,
     TransitionPage,
-    WorkerIdParams,
     WorkerPage,
 )
-from wf.server.workflow_rpc import (
-    CancelRunParams,
-    CreateArtifactParams,
-    DeploymentIdParams,
-    GetArtifactParams,
-    ListArtifactsParams,
-    ListDeploymentsParams,
-    ListRunsParams,
-    ResumeRunParams,
-    RunIdParams,
-    SaveDeploymentParams,
-    StartRunParams,
-)
-from wf.tuning import loop_factory
+from wf.wire.triggers import CronTrigger, OneShotTrigger
+from wf.wire.workflow import Artifact, ArtifactPage, Deployment, DeploymentPage, Plan
 
 R = TypeVar("R")
 
 _NO_STATS: Final = HeartbeatStats()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Twin:
-    """One row of the twin table: how a Python method travels over JSON-RPC."""
-
-    rpc: str
-    """The JSON-RPC method name."""
-    params: type[msgspec.Struct]
-    """The parameter Struct the server registered for it."""
-    result: Any
-    """The type the result decodes into; ``None`` when the method returns nothing."""
-    unwrap: str | None = None
-    """Key of the wire's result object that holds the Python API's result."""
-
-    def decode(self, raw: Any) -> Any:
-        """The Python API's result from the wire's."""
-        if self.result is None:
-            return None
-        if self.unwrap is not None:
-            raw = raw[self.unwrap]
-        return msgspec.convert(raw, self.result)
+Twin: TypeAlias = MethodSpec[Any]
+"""One twin: the wire contract's declaration of the method (see the module docstring)."""
 
 
-class MethodInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """One entry of ``rpc.discover``."""
-
-    name: str
-    """The JSON-RPC method name."""
-    summary: str
-    """One line on what it does."""
-    access: str
-    """What it needs: ``worker``, ``read``, ``operate`` or ``admin``."""
-    params: dict[str, Any]
-    """JSON Schema of its parameters."""
+def _twins(specs: Iterable[MethodSpec[Any]]) -> Mapping[str, Twin]:
+    return {spec.python_name: spec for spec in specs}
 
 
-SCHEDULER_TWINS: Final[Mapping[str, Twin]] = {
-    "register_worker": Twin(
-        rpc="scheduler.workers.register", params=RegisterWorkerParams, result=RegisterResult
-    ),
-    "heartbeat": Twin(
-        rpc="scheduler.workers.heartbeat",
-        params=HeartbeatParams,
-        result=list[LeaseRevoked],
-        unwrap="revoked",
-    ),
-    "poll": Twin(rpc="scheduler.workers.poll", params=PollParams, result=PollResult),
-    "shutdown_worker": Twin(
-        rpc="scheduler.workers.shutdown", params=WorkerIdParams, result=int, unwrap="returned"
-    ),
-    "start_activity": Twin(rpc="scheduler.leases.start", params=FencedParams, result=None),
-    "renew_lease": Twin(
-        rpc="scheduler.leases.renew", params=FencedParams, result=float, unwrap="expires_at"
-    ),
-    "complete_activity": Twin(rpc="scheduler.leases.complete", params=CompleteParams, result=None),
-    "fail_activity": Twin(rpc="scheduler.leases.fail", params=FailParams, result=None),
-    "submit_activities": Twin(
-        rpc="scheduler.activities.submit",
-        params=SubmitParams,
-        result=list[str],
-        unwrap="activity_ids",
-    ),
-    "cancel_activity": Twin(rpc="scheduler.activities.cancel", params=CancelParams, result=None),
-    "get_activity": Twin(
-        rpc="scheduler.activities.get", params=ActivityIdParams, result=ActivityView
-    ),
-    "activity_history": Twin(
-        rpc="scheduler.activities.history", params=HistoryParams, result=TransitionPage
-    ),
-    "list_workers": Twin(rpc="scheduler.workers.list", params=ListWorkersParams, result=WorkerPage),
-    "queue_stats": Twin(rpc="scheduler.queue.stats", params=NoParams, result=QueueStats),
-}
-"""``scheduler.*``: Python name (as on ``SchedulerAPI``) → wire form."""
+SCHEDULER_TWINS: Final[Mapping[str, Twin]] = _twins(scheduler_methods.METHODS)
+"""``scheduler.*``: Python name (as on ``SchedulerAPI``) → declaration."""
 
-WORKFLOW_TWINS: Final[Mapping[str, Twin]] = {
-    "create_artifact_from_plan": Twin(
-        rpc="workflow.artifacts.create", params=CreateArtifactParams, result=Artifact
-    ),
-    "get_artifact": Twin(rpc="workflow.artifacts.get", params=GetArtifactParams, result=Artifact),
-    "list_artifacts": Twin(
-        rpc="workflow.artifacts.list", params=ListArtifactsParams, result=ArtifactPage
-    ),
-    "save_deployment": Twin(
-        rpc="workflow.deployments.save", params=SaveDeploymentParams, result=Deployment
-    ),
-    "get_deployment": Twin(
-        rpc="workflow.deployments.get", params=DeploymentIdParams, result=Deployment
-    ),
-    "list_deployments": Twin(
-        rpc="workflow.deployments.list", params=ListDeploymentsParams, result=DeploymentPage
-    ),
-    "start_run": Twin(rpc="workflow.runs.start", params=StartRunParams, result=dict[str, Any]),
-    "inspect_run": Twin(rpc="workflow.runs.inspect", params=RunIdParams, result=dict[str, Any]),
-    "list_runs": Twin(rpc="workflow.runs.list", params=ListRunsParams, result=dict[str, Any]),
-    "resume_run": Twin(rpc="workflow.runs.resume", params=ResumeRunParams, result=dict[str, Any]),
-    "cancel_run": Twin(rpc="workflow.runs.cancel", params=CancelRunParams, result=dict[str, Any]),
-}
-"""``workflow.*``: Python name (as on ``WorkflowAPI``) → wire form."""
+WORKFLOW_TWINS: Final[Mapping[str, Twin]] = _twins(workflow_methods.METHODS)
+"""``workflow.*``: Python name (as on ``WorkflowAPI``) → declaration."""
 
-SCHEDULE_TWINS: Final[Mapping[str, Twin]] = {
-    "create_schedule": Twin(
-        rpc="workflow.schedules.create", params=CreateScheduleParams, result=dict[str, Any]
-    ),
-    "get_schedule": Twin(
-        rpc="workflow.schedules.get", params=ScheduleIdParams, result=dict[str, Any]
-    ),
-    "list_schedules": Twin(
-        rpc="workflow.schedules.list", params=ListSchedulesParams, result=dict[str, Any]
-    ),
-    "update_schedule": Twin(
-        rpc="workflow.schedules.update", params=UpdateScheduleParams, result=dict[str, Any]
-    ),
-    "pause_schedule": Twin(
-        rpc="workflow.schedules.pause", params=PauseScheduleParams, result=dict[str, Any]
-    ),
-    "resume_schedule": Twin(
-        rpc="workflow.schedules.resume", params=ScheduleIdParams, result=dict[str, Any]
-    ),
-    "delete_schedule": Twin(
-        rpc="workflow.schedules.delete", params=ScheduleIdParams, result=dict[str, Any]
-    ),
-    "list_schedule_occurrences": Twin(
-        rpc="workflow.schedules.occurrences.list", params=OccurrencesParams, result=dict[str, Any]
-    ),
-    "preview_schedule": Twin(
-        rpc="workflow.schedules.preview", params=PreviewParams, result=list[dict[str, Any]]
-    ),
-    "trigger_schedule": Twin(
-        rpc="workflow.schedules.trigger", params=ScheduleIdParams, result=dict[str, Any]
-    ),
-}
-"""``workflow.schedules.*``: Python name (as on ``ScheduleAPI``) → wire form."""
+SCHEDULE_TWINS: Final[Mapping[str, Twin]] = _twins(schedule_methods.METHODS)
+"""``workflow.schedules.*``: Python name (as on ``ScheduleAPI``) → declaration."""
 
-RPC_TWINS: Final[Mapping[str, Twin]] = {
-    "discover": Twin(rpc="rpc.discover", params=NoParams, result=list[MethodInfo]),
-}
+RPC_TWINS: Final[Mapping[str, Twin]] = _twins([DISCOVER])
 """``rpc.*``: the server's own methods."""
 
 
@@ -291,7 +142,7 @@ class App:
         """The one call path: build the server's params Struct, call, decode."""
         twin = self.TWINS[name]
         wire = msgspec.to_builtins(twin.params(**params))
-        return twin.decode(await self.rpc.call(twin.rpc, wire))
+        return twin.decode(await self.rpc.call(twin.name, wire))
 
     # ------------------------------------------------------------ admin calls
 

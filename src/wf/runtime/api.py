@@ -37,8 +37,6 @@ from collections.abc import Callable, Collection
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol, TypeVar
 
-import msgspec
-
 from wf.clock import Clock
 from wf.errors import Conflict, CorruptRecord, Forbidden, InvalidArgument, NotFound, UnknownPolicy
 from wf.runtime import deployments as dep
@@ -48,12 +46,14 @@ from wf.runtime.plan import ActivityNode, Plan, check_id, plan_from_builtins
 from wf.runtime.runs import Run, RunStatus, Trigger, run_from_row
 from wf.runtime.schema import instance_problems
 from wf.runtime.trace import decode_cursor, encode_cursor, run_summary, run_view
-from wf.store import rows
-from wf.store.protocol import RunRow, Store
+from wf.store.catalog import revision_conflict
+from wf.store.protocol import Catalog, RunRow
 from wf.tenancy import require_namespace
 from wf.wire import paging
 from wf.wire.bounds import PAGE_LIMIT_MAX, check_text
 from wf.wire.paging import PAGE_BYTES_MAX, PAGE_LIMIT_DEFAULT, check_limit, views_in_slices
+from wf.wire.workflow import ArtifactPage as ArtifactPage
+from wf.wire.workflow import DeploymentPage as DeploymentPage
 
 ARTIFACT_CACHE_MAX: Final = 1_024
 """Verified artifact versions kept in memory (they never change once stored)."""
@@ -69,24 +69,6 @@ _DEPLOYMENTS: Final = "deployments"
 """Cursor kinds of the listings."""
 
 R = TypeVar("R")
-
-
-class ArtifactPage(msgspec.Struct, frozen=True, kw_only=True):
-    """One page of ``list_artifacts``."""
-
-    artifacts: list[Artifact]
-    """Artifact versions, by id then version."""
-    next_cursor: str | None
-    """Pass back to get the next page; ``None`` on the last one."""
-
-
-class DeploymentPage(msgspec.Struct, frozen=True, kw_only=True):
-    """One page of ``list_deployments``."""
-
-    deployments: list[dep.Deployment]
-    """Deployments, by id."""
-    next_cursor: str | None
-    """Pass back to get the next page; ``None`` on the last one."""
 
 
 class Scope(Protocol):
@@ -106,7 +88,7 @@ class WorkflowAPI:
 
     def __init__(
         self,
-        store: Store,
+        store: Catalog,
         clock: Clock,
         *,
         policies: Collection[str] | None = None,
@@ -275,7 +257,7 @@ class WorkflowAPI:
             revision=base + 1,
         )
         if expected_revision is not None and expected_revision != base:
-            raise rows.revision_conflict(dep.deployment_row(saved), expected_revision, base)
+            raise revision_conflict(dep.deployment_row(saved), expected_revision, base)
         if current is not None and dep.same_settings(current, saved):
             return current
         await self.store.put_deployment(dep.deployment_row(saved), expected_revision=base)

@@ -6,35 +6,22 @@ the same version again with the same plan (same hash) is a no-op that returns
 the stored artifact; with another plan it is :class:`~wf.errors.AlreadyExists`.
 Runs and deployments pin a version, so what a run executes never moves under
 it.
+
+:class:`Artifact` itself is declared in the wire contract (:mod:`wf.wire.workflow`)
+and re-exported here.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
 from wf.errors import CorruptRecord, InvalidArgument
 from wf.runtime.plan import Plan, canonical_plan, check_id, content_hash, decode_canonical
 from wf.store.protocol import ArtifactRow
-
-VERSION_MAX: Final = 2**31 - 1
-"""Highest artifact version."""
-
-
-class Artifact(msgspec.Struct, frozen=True, kw_only=True):
-    """One version of a plan, as stored."""
-
-    artifact_id: str
-    """Artifact id (lower-case letters, digits, ``_``; see :data:`wf.runtime.plan.ID_RE`)."""
-    version: int
-    """Version, 1..:data:`VERSION_MAX`, chosen by the creator."""
-    plan: Plan
-    """The plan (validated)."""
-    content_hash: str
-    """``sha256:<hex>`` of the plan's canonical JSON."""
-    created_at: float
-    """When this version was first stored (POSIX seconds)."""
+from wf.wire.workflow import VERSION_MAX as VERSION_MAX
+from wf.wire.workflow import Artifact as Artifact
 
 
 def check_version(version: object) -> int:

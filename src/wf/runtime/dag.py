@@ -44,7 +44,7 @@ from wf.runtime.runs import (
 )
 from wf.scheduler.model import Activity
 from wf.scheduler.timer import resolve_not_before
-from wf.worker.activity import encode_payload
+from wf.wire.payloads import encode_payload
 
 _IN_FLIGHT = frozenset({NodeStatus.SUBMITTED, NodeStatus.WAITING})
 

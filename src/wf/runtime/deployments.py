@@ -11,6 +11,9 @@ starts.
 Saves are optimistic: every save raises ``revision`` by one, and a save that
 names an ``expected_revision`` other than the stored one is
 :class:`~wf.errors.Conflict` (the caller re-reads and retries).
+
+:class:`Deployment` itself is declared in the wire contract (:mod:`wf.wire.workflow`)
+and re-exported here.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from wf.errors import CorruptRecord, InvalidArgument
 from wf.runtime.plan import check_id
 from wf.scheduler.model import Priority
 from wf.store.protocol import DeploymentRow
+from wf.wire.workflow import Deployment as Deployment
 
 MAX_STEPS_MAX: Final = 1_000_000
 """Largest ``max_steps`` budget."""
@@ -58,37 +62,6 @@ class DeploymentSpec(
     """Most node executions one run may take (``None``: unbounded)."""
     run_deadline_s: float | None = None
     """Seconds a run may take from its start (``None``: no deadline)."""
-
-
-class Deployment(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A saved deployment."""
-
-    deployment_id: str
-    """``<artifact_id>.<name>``."""
-    artifact_id: str
-    """The artifact deployed."""
-    artifact_version: int
-    """The pinned version."""
-    name: str
-    """Deployment name."""
-    default_inputs: dict[str, Any] = msgspec.field(default_factory=dict)
-    """Inputs a run gets unless it names them itself."""
-    tenant: str = "default"
-    """Tenant of its runs."""
-    priority: Priority = Priority.NORMAL
-    """Default priority of its activities."""
-    policy: str | None = None
-    """Scheduling policy group (``None``: the server's default)."""
-    max_steps: int | None = None
-    """Most node executions one run may take."""
-    run_deadline_s: float | None = None
-    """Seconds a run may take from its start."""
-    created_at: float = 0.0
-    """When revision 1 was saved (POSIX seconds)."""
-    updated_at: float = 0.0
-    """When this revision was saved."""
-    revision: int = 0
-    """Raised by one on every save, starting at 1."""
 
 
 _spec_fields: Final = frozenset(DeploymentSpec.__struct_fields__)

@@ -75,9 +75,15 @@ from wf.runtime.runs import (
 )
 from wf.runtime.schema import instance_problems
 from wf.scheduler import commands as cmd
-from wf.scheduler.model import ActivityState
-from wf.scheduler.outputs import ActivityCompleted, ActivityFailed, Outcome, Transition
-from wf.store.protocol import Diagnostic, RunRow, Store
+from wf.scheduler.model import ActivityState, CancelOrigin, TransitionReason
+from wf.scheduler.outputs import (
+    ActivityCancelled,
+    ActivityCompleted,
+    ActivityFailed,
+    Outcome,
+    Transition,
+)
+from wf.store.protocol import Catalog, Diagnostic, RunRow
 from wf.wire.bounds import check_json_bytes
 
 log = logging.getLogger("wf.runtime")
@@ -111,7 +117,7 @@ class _Event:
 class RunEngine:
     """Live runs over one store and scheduler node (see the module docstring)."""
 
-    def __init__(self, store: Store, node: SchedulerNode, clock: Clock) -> None:
+    def __init__(self, store: Catalog, node: SchedulerNode, clock: Clock) -> None:
         self.store = store
         self.node = node
         self.clock = clock
@@ -379,17 +385,20 @@ class RunEngine:
                 self._events.put_nowait(
                     _Event("failed", d.activity_id, 0.0, error=_failure(d, d.activity_id))
                 )
+            elif (
+                type(d) is ActivityCancelled
+                # The engine's own cancels withdraw work of runs that already stopped.
+                and d.origin is not CancelOrigin.RUN
+                and node_of_activity(d.activity_id) is not None
+            ):
+                self._events.put_nowait(_Event("cancelled", d.activity_id, 0.0))
         for r in outcome.records:
-            if type(r) is not Transition:
-                continue
-            executing = r.to_state is ActivityState.EXECUTING
-            # Cancels the engine issued itself carry a "run ..." reason; others are news.
-            foreign_cancel = r.to_state is ActivityState.CANCELLED and not r.reason.startswith(
-                "run "
-            )
-            if (executing or foreign_cancel) and node_of_activity(r.activity_id) is not None:
-                kind = "executing" if executing else "cancelled"
-                self._events.put_nowait(_Event(kind, r.activity_id, r.at, token=r.token))
+            if (
+                type(r) is Transition
+                and r.to_state is ActivityState.EXECUTING
+                and node_of_activity(r.activity_id) is not None
+            ):
+                self._events.put_nowait(_Event("executing", r.activity_id, r.at, token=r.token))
         if self._events.qsize() != queued:
             # Only news wakes the loop: most outcomes concern no run at all.
             self._wake.set()
@@ -757,10 +766,12 @@ class RunEngine:
             await self._cancel_activity(activity_id, f"run {parsed[0]} {row.status}")
 
     async def _cancel_activity(self, activity_id: str, reason: str) -> None:
-        """Withdraw an activity (its reason starts with ``run ``: see ``_on_outcome``)."""
+        """Withdraw an activity as the engine (origin ``run``: see ``_on_outcome``)."""
 
         def make(now: float) -> cmd.Command:
-            return cmd.Cancel(now=now, activity_id=activity_id, reason=reason)
+            return cmd.Cancel(
+                now=now, activity_id=activity_id, reason=reason, origin=CancelOrigin.RUN
+            )
 
         with contextlib.suppress(NotFound, Conflict):
             await self.node.execute(make)
@@ -834,7 +845,7 @@ def _decode_result(result: bytes | None, node_id: str) -> tuple[Any, RunError | 
 
 
 def _stored_failure(last: Transition, node_id: str) -> RunError:
-    if last.reason == "may_have_executed":
+    if last.reason == TransitionReason.MAY_HAVE_EXECUTED:
         return _lost(node_id, last.error or "lease lost while executing")
     return RunError(
         code="activity_failed",

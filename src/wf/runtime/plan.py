@@ -18,6 +18,9 @@ few one-key-family objects are references resolved when a run executes:
 An object with a key starting with ``$`` that is none of these is refused,
 so a typo never becomes a silent literal.
 
+The structs themselves are part of the wire contract (:mod:`wf.wire.workflow`,
+re-exported here): this module holds the rules, not the shapes.
+
 :func:`plan_from_json` decodes (msgspec, unknown fields refused) and
 :func:`validate_plan` checks everything the types cannot say: non-empty,
 id format, unique ids, ``needs`` that exist, no cycle (the cycle is named),
@@ -38,20 +41,24 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Annotated, Any, Final, TypeAlias
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 import msgspec
 
 from wf.errors import InvalidArgument, WfError
 from wf.runtime.schema import schema_problem
-from wf.scheduler.model import DEFAULT_RETRY, Priority, RetryPolicy
-from wf.scheduler.timer import DelaySpec, delay_spec_from_dict
+from wf.scheduler.timer import delay_spec_from_dict
+from wf.wire.workflow import (
+    NODES_MAX,
+    PLAN_FORMAT,
+    ActivityNode,
+    InterruptNode,
+    Node,
+    Plan,
+    TimerNode,
+)
 
-PLAN_FORMAT: Final = 1
-"""The plan format version this code writes and reads."""
-NODES_MAX: Final = 1_000
-"""Most nodes one plan may hold."""
 BINDING_DEPTH_MAX: Final = 32
 """Deepest nesting of objects and arrays inside one binding."""
 ID_MAX: Final = 64
@@ -61,103 +68,6 @@ ID_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_]{0,63}$")
 at most 64 characters. No ``.``: a deployment id is ``<artifact_id>.<name>``."""
 NODE_KINDS: Final = ("activity", "interrupt", "timer")
 """The node kinds a plan may use."""
-
-Bindings: TypeAlias = dict[str, Any]
-"""Names to binding expressions (see the module docstring)."""
-
-
-def _no_schema() -> dict[str, Any]:
-    return {"type": "object"}
-
-
-class ActivityNode(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    omit_defaults=True,
-    forbid_unknown_fields=True,
-    tag_field="kind",
-    tag="activity",
-):
-    """Run one activity on a worker; its output is the activity's result."""
-
-    id: str
-    """Node id, unique in the plan (see :data:`ID_RE`)."""
-    activity_type: str
-    """The activity type a worker registered."""
-    args: Bindings = msgspec.field(default_factory=dict)
-    """Argument name to binding (run inputs, upstream outputs, literals)."""
-    needs: tuple[str, ...] = ()
-    """Upstream node ids that must complete first."""
-    capabilities: frozenset[str] = frozenset()
-    """Capabilities a worker must advertise to take it."""
-    priority: Priority | None = None
-    """Scheduling priority; ``None`` takes the deployment's."""
-    retry: RetryPolicy = DEFAULT_RETRY
-    """Retry policy for the activity's own failures."""
-    timeout_s: float | None = None
-    """Most seconds one attempt may run; ``None``: no limit of its own."""
-    idempotent: bool = False
-    """May be rerun safely after its executing worker was lost."""
-
-
-class InterruptNode(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    omit_defaults=True,
-    forbid_unknown_fields=True,
-    tag_field="kind",
-    tag="interrupt",
-):
-    """Wait for external input; its output is the answer given to ``resume_run``."""
-
-    id: str
-    """Node id, unique in the plan."""
-    prompt: str
-    """What the run asks for, shown to whoever answers."""
-    needs: tuple[str, ...] = ()
-    """Upstream node ids that must complete first."""
-    input_schema: dict[str, Any] = msgspec.field(default_factory=_no_schema)
-    """JSON Schema the answer must satisfy."""
-
-
-class TimerNode(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    omit_defaults=True,
-    forbid_unknown_fields=True,
-    tag_field="kind",
-    tag="timer",
-):
-    """Wait until a durable timer fires (relative, absolute, zoned or calendar)."""
-
-    id: str
-    """Node id, unique in the plan."""
-    delay: DelaySpec
-    """When it fires, counted from the moment the node becomes ready."""
-    needs: tuple[str, ...] = ()
-    """Upstream node ids that must complete first."""
-
-
-Node: TypeAlias = ActivityNode | InterruptNode | TimerNode
-"""Any plan node (tagged by ``kind``)."""
-
-
-class Plan(
-    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
-):
-    """A workflow definition: a DAG of nodes, an input schema and an output mapping."""
-
-    nodes: Annotated[list[Node], msgspec.Meta(max_length=NODES_MAX)]
-    """The nodes, in any order (dependencies come from ``needs``)."""
-    input_schema: dict[str, Any] = msgspec.field(default_factory=_no_schema)
-    """JSON Schema a run's inputs must satisfy."""
-    output: Bindings = msgspec.field(default_factory=dict)
-    """Output name to binding, evaluated when every node has completed."""
-    format: int = PLAN_FORMAT
-    """Plan format version."""
 
 
 # --------------------------------------------------------------- bindings
@@ -541,11 +451,6 @@ def _ancestors(by_id: Mapping[str, Node], order: Sequence[str]) -> dict[str, fro
             acc |= found[need]
         found[node_id] = frozenset(acc)
     return found
-
-
-def node_ids(plan: Plan) -> Iterable[str]:
-    """Every node id, in plan order."""
-    return (n.id for n in plan.nodes)
 
 
 __all__ = [

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import msgspec
 
-from wf.scheduler.model import Activity, HeartbeatStats, WorkerInfo
+from wf.scheduler.model import (
+    Activity,
+    CancelOrigin,
+    HeartbeatStats,
+    TransitionReason,
+    WorkerInfo,
+)
 
 
 class _Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="cmd"):
@@ -32,7 +38,11 @@ class Cancel(_Command, frozen=True, kw_only=True, tag="cancel"):
     """Withdraw an activity that has not finished; its lease, if any, is revoked."""
 
     activity_id: str
-    reason: str = "cancelled"
+    reason: str = TransitionReason.CANCELLED
+    """Free text for people (recorded in the history); nothing decides by it."""
+    origin: CancelOrigin = CancelOrigin.OPERATOR
+    """Who cancels: carried to :class:`~wf.scheduler.outputs.ActivityCancelled`, by
+    which the run engine tells its own cancels from everyone else's."""
 
 
 class RegisterWorker(_Command, frozen=True, kw_only=True, tag="register_worker"):
@@ -114,26 +124,12 @@ class WorkersLost(_Command, frozen=True, kw_only=True, tag="workers_lost"):
     """Infrastructure failure: these workers (e.g. one host) are gone at once."""
 
     worker_ids: tuple[str, ...]
-    reason: str = "infrastructure_failure"
-
-
-class RegisterCron(_Command, frozen=True, kw_only=True, tag="register_cron"):
-    """Register a recurring trigger (WF-005 §18); fires submit a copy of ``template``."""
-
-    cron_id: str
-    expression: str
-    timezone: str = "UTC"
-    template: Activity
-
-
-class RemoveCron(_Command, frozen=True, kw_only=True, tag="remove_cron"):
-    """Remove a recurring trigger."""
-
-    cron_id: str
+    reason: TransitionReason = TransitionReason.INFRASTRUCTURE_FAILURE
+    """Recorded on every requeue this causes and on each ``WorkerFailed``."""
 
 
 class Tick(_Command, frozen=True, kw_only=True, tag="tick"):
-    """Time passed: fire timers and cron, expire leases, detect dead workers, dispatch."""
+    """Time passed: fire timers, expire leases, detect dead workers, dispatch."""
 
 
 Command = (
@@ -149,8 +145,6 @@ Command = (
     | Fail
     | ShutdownWorker
     | WorkersLost
-    | RegisterCron
-    | RemoveCron
     | Tick
 )
 """Every command the core accepts."""

@@ -1,12 +1,12 @@
-"""Cron schedules (WF-005 §18): validation, fire instants and the cron table.
+"""Cron expressions: validation, time zones and fire instants (contract 004).
 
 Theory of operation
 -------------------
 A schedule is a five-field Unix cron expression (``minute hour day-of-month
 month day-of-week``) plus an IANA time zone, default UTC. The expression is
 read as *wall time* in that zone; fire instants leave this module as aware
-UTC datetimes (or POSIX seconds for the core), and the zone name stays with
-the definition.
+UTC datetimes (or POSIX seconds: :func:`next_fire_after`), and the zone name
+stays with the definition.
 
 **Grammar.** :func:`validate_cron` owns the grammar: ``*``, numbers, month
 and weekday names (``jan``..``dec``, ``sun``..``sat``, case-insensitive),
@@ -55,45 +55,34 @@ by the tests):
   increase. Operators who do not want the repeat pick a time outside the
   repeated hour or a UTC schedule.
 
-**The table.** :class:`CronTable` keeps entries in a dict and a binary heap of
-``(next_fire_at, cron_id, token)``; removal and rescheduling only retire the
-token (lazy invalidation), stale heap items are dropped when they surface, and
-the heap is rebuilt when stale items outnumber live ones. :meth:`CronTable.due`
-coalesces a backlog: an entry that missed several instants fires once, for the
-latest, and reports how many earlier ones it skipped.
+**Users.** Deployment schedules (:mod:`wf.schedules`, the one cron engine, which
+covers WF-005 §18's recurring triggers) and calendar delays of activities
+(:class:`~wf.scheduler.timer.CalendarSchedule`) resolve their instants here;
+``wf cron next`` prints them. The core keeps no table of recurring triggers.
 """
 
 from __future__ import annotations
 
 import functools
-import heapq
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Final, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-import msgspec
 from croniter import CroniterError, croniter
 
 from wf.errors import (
-    AlreadyExists,
-    CorruptRecord,
-    Internal,
     InvalidArgument,
     InvalidCronExpression,
     InvalidTimezone,
     NaiveDatetime,
-    NotFound,
 )
 
 __all__ = [
-    "CATCH_UP_SCAN_MAX",
     "COUNT_MAX",
     "EXPRESSION_LENGTH_MAX",
-    "CronEntry",
-    "CronTable",
     "next_fire_after",
     "next_instants",
     "require_aware",
@@ -105,8 +94,6 @@ EXPRESSION_LENGTH_MAX: Final = 1024
 """Longest cron expression accepted (a list of every minute is ~170 characters)."""
 COUNT_MAX: Final = 10_000
 """Most instants one :func:`next_instants` call computes."""
-CATCH_UP_SCAN_MAX: Final = 10_000
-"""Most missed instants :meth:`CronTable.due` counts one by one before it jumps."""
 ZONE_NAME_LENGTH_MAX: Final = 255
 """Longest time zone name accepted."""
 
@@ -390,10 +377,8 @@ def require_aware(dt: datetime, field: str) -> datetime:
 # ---------------------------------------------------------------------------
 
 
-def _instants_after(
-    expression: str, timezone: str, after: datetime, *, prev: bool = False
-) -> Iterator[datetime]:
-    """Fire instants (aware UTC) strictly after (or before, ``prev``) ``after``.
+def _instants_after(expression: str, timezone: str, after: datetime) -> Iterator[datetime]:
+    """Fire instants (aware UTC) strictly after ``after``.
 
     ``after`` must be aware. The iterator is infinite in principle; croniter
     gives up after 50 years without a match, which we report as invalid.
@@ -407,7 +392,7 @@ def _instants_after(
         raise InvalidArgument(f"cannot start a schedule at {after!r}: {exc}") from None
     while True:
         try:
-            local = cron.get_prev() if prev else cron.get_next()
+            local = cron.get_next()
         except (CroniterError, OverflowError, ValueError) as exc:
             raise InvalidArgument(
                 f"no fire instant of {expression!r} in {timezone} near {after.isoformat()}: {exc}",
@@ -461,236 +446,7 @@ def _from_posix(seconds: float, field: str) -> datetime:
 def next_fire_after(expression: str, timezone: str, after_s: float) -> float:
     """The first fire instant strictly after ``after_s``, in POSIX seconds.
 
-    The core's form of :func:`next_instants`; same errors.
+    :func:`next_instants` in POSIX seconds (schedules, calendar delays); same errors.
     """
     after = _from_posix(after_s, "after_s")
     return next(_instants_after(expression, timezone, after)).timestamp()
-
-
-def _latest_at_or_before(expression: str, timezone: str, now: float) -> float:
-    """The last fire instant ``<= now``, found backwards and checked forwards."""
-    # croniter's get_prev floors its start to the minute after stepping back a
-    # microsecond, so starting one second past floor(now) includes floor(now).
-    start = datetime.fromtimestamp(math.floor(now) + 1, UTC)
-    candidate = next(_instants_after(expression, timezone, start, prev=True))
-    # Re-derive it with the forward rule, which is the one the table uses.
-    return next_fire_after(expression, timezone, candidate.timestamp() - 1)
-
-
-# ---------------------------------------------------------------------------
-# The cron table
-# ---------------------------------------------------------------------------
-
-
-class CronEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """One registered schedule and its next fire instant."""
-
-    cron_id: str
-    """Caller-chosen unique id."""
-    expression: str
-    """Normalized five-field cron expression (see :func:`validate_cron`)."""
-    timezone: str
-    """IANA zone the expression is evaluated in."""
-    next_fire_at: float
-    """Next fire instant, POSIX seconds."""
-    template: bytes = b""
-    """Opaque: what to submit when it fires; the core interprets it."""
-    created_at: float
-    """When the entry was added, POSIX seconds."""
-
-
-_HeapItem = tuple[float, str, int]
-"""(next_fire_at, cron_id, token); live iff the token is the entry's current one."""
-
-
-class CronTable:
-    """Registered cron schedules, ordered by next fire instant.
-
-    O(log N) add, remove and per-entry firing; no clock is read, ``now`` is
-    always an argument.
-    """
-
-    def __init__(self) -> None:
-        """An empty table."""
-        self._entries: dict[str, CronEntry] = {}
-        self._tokens: dict[str, int] = {}
-        self._heap: list[_HeapItem] = []
-        self._next_token = 0
-
-    def __len__(self) -> int:
-        """Number of registered entries."""
-        return len(self._entries)
-
-    def __contains__(self, cron_id: object) -> bool:
-        """Whether ``cron_id`` is registered."""
-        return cron_id in self._entries
-
-    def _push(self, entry: CronEntry) -> None:
-        token = self._next_token
-        self._next_token += 1
-        self._tokens[entry.cron_id] = token
-        heapq.heappush(self._heap, (entry.next_fire_at, entry.cron_id, token))
-
-    def _is_live(self, item: _HeapItem) -> bool:
-        return self._tokens.get(item[1]) == item[2]
-
-    def _maybe_compact(self) -> None:
-        # Stale items beyond half the heap: rebuild, so memory stays within
-        # twice the live size and pops stay O(log N) amortised.
-        if len(self._heap) - len(self._entries) > len(self._heap) // 2:
-            self._heap = [item for item in self._heap if self._is_live(item)]
-            heapq.heapify(self._heap)
-
-    def add(
-        self, cron_id: str, expression: str, timezone: str, now: float, template: bytes = b""
-    ) -> CronEntry:
-        """Register a schedule; its first fire is the first instant strictly after ``now``.
-
-        Re-adding an identical schedule (same normalized expression, zone and
-        template) returns the existing entry unchanged.
-
-        Raises:
-            InvalidCronExpression, InvalidTimezone: bad definition (checked first).
-            InvalidArgument: empty ``cron_id`` or non-finite ``now``.
-            AlreadyExists: ``cron_id`` is registered with another definition.
-        """
-        normalized = validate_cron(expression)
-        resolve_zone(timezone)
-        if not isinstance(cron_id, str) or not cron_id:
-            raise InvalidArgument("cron_id must be a non-empty string", cron_id=repr(cron_id))
-        existing = self._entries.get(cron_id)
-        if existing is not None:
-            if (existing.expression, existing.timezone, existing.template) == (
-                normalized,
-                timezone,
-                template,
-            ):
-                return existing
-            raise AlreadyExists(
-                f"cron {cron_id!r} is already registered with another definition",
-                cron_id=cron_id,
-                expression=existing.expression,
-                timezone=existing.timezone,
-            )
-        entry = CronEntry(
-            cron_id=cron_id,
-            expression=normalized,
-            timezone=timezone,
-            next_fire_at=next_fire_after(normalized, timezone, now),
-            template=template,
-            created_at=now,
-        )
-        self._entries[cron_id] = entry
-        self._push(entry)
-        return entry
-
-    def remove(self, cron_id: str) -> CronEntry:
-        """Unregister ``cron_id`` and return its last state.
-
-        Raises:
-            NotFound: ``cron_id`` is not registered.
-        """
-        entry = self._entries.pop(cron_id, None)
-        if entry is None:
-            raise NotFound(f"no cron {cron_id!r}", cron_id=cron_id)
-        del self._tokens[cron_id]
-        self._maybe_compact()
-        return entry
-
-    def get(self, cron_id: str) -> CronEntry | None:
-        """The entry registered as ``cron_id``, or None."""
-        return self._entries.get(cron_id)
-
-    def next_due_at(self) -> float | None:
-        """The earliest next fire instant of any entry, or None if the table is empty."""
-        while self._heap and not self._is_live(self._heap[0]):
-            heapq.heappop(self._heap)
-        return self._heap[0][0] if self._heap else None
-
-    def due(self, now: float) -> list[tuple[CronEntry, float, int]]:
-        """Fire every entry whose next fire instant is ``<= now``.
-
-        Returns ``(entry, fire_instant, missed)`` in ``(fire_instant, cron_id)``
-        order. An entry that fell behind by several instants fires once, for
-        the latest instant ``<= now``; ``missed`` counts the earlier instants
-        coalesced away (exact up to :data:`CATCH_UP_SCAN_MAX`, which it means
-        "at least" when reached). ``entry`` is the updated entry: its
-        ``next_fire_at`` is the first instant strictly after ``now``.
-        """
-        if not math.isfinite(now):
-            raise InvalidArgument(f"now must be finite, got {now!r}")
-        fired: list[tuple[CronEntry, float, int]] = []
-        while self._heap and self._heap[0][0] <= now:
-            item = self._heap[0]
-            if not self._is_live(item):
-                heapq.heappop(self._heap)
-                continue
-            entry = self._entries[item[1]]
-            # Computed before the pop: if it raises, this entry is unchanged.
-            fire_at, missed, next_at = self._catch_up(entry, now)
-            heapq.heappop(self._heap)
-            updated = msgspec.structs.replace(entry, next_fire_at=next_at)
-            self._entries[entry.cron_id] = updated
-            self._push(updated)
-            fired.append((updated, fire_at, missed))
-        fired.sort(key=lambda f: (f[1], f[0].cron_id))
-        return fired
-
-    @staticmethod
-    def _catch_up(entry: CronEntry, now: float) -> tuple[float, int, float]:
-        """(latest instant <= now, instants skipped before it, first instant > now)."""
-        expression, timezone = entry.expression, entry.timezone
-        fire_at = entry.next_fire_at
-        instants = _instants_after(expression, timezone, _from_posix(fire_at, "next_fire_at"))
-        for missed in range(CATCH_UP_SCAN_MAX):
-            following = next(instants).timestamp()
-            if following > now:
-                return fire_at, missed, following
-            fire_at = following
-        # A long outage of a frequent schedule: jump instead of walking the
-        # whole backlog; the count saturates.
-        fire_at = _latest_at_or_before(expression, timezone, now)
-        following = next_fire_after(expression, timezone, fire_at)
-        if not entry.next_fire_at < fire_at <= now < following:
-            raise Internal(
-                "cron catch-up found no instant before now",
-                cron_id=entry.cron_id,
-                fire_at=fire_at,
-                now=now,
-            )
-        return fire_at, CATCH_UP_SCAN_MAX, following
-
-    def snapshot(self) -> list[CronEntry]:
-        """Every entry, ordered by ``cron_id``; :meth:`restore` rebuilds the same table."""
-        return [self._entries[cron_id] for cron_id in sorted(self._entries)]
-
-    @classmethod
-    def restore(cls, entries: Iterable[CronEntry]) -> CronTable:
-        """A table holding exactly ``entries`` (as returned by :meth:`snapshot`).
-
-        Raises:
-            CorruptRecord: a duplicate id, a definition that no longer
-                validates or is not in normalized form, or a non-finite instant.
-        """
-        table = cls()
-        for entry in entries:
-            try:
-                normalized = validate_cron(entry.expression)
-                resolve_zone(entry.timezone)
-            except InvalidArgument as exc:
-                raise CorruptRecord(
-                    f"stored cron {entry.cron_id!r} is invalid: {exc.message}",
-                    cron_id=entry.cron_id,
-                ) from exc
-            if (
-                normalized != entry.expression
-                or entry.cron_id in table._entries
-                or not math.isfinite(entry.next_fire_at)
-            ):
-                raise CorruptRecord(
-                    f"stored cron {entry.cron_id!r} is duplicated or malformed",
-                    cron_id=entry.cron_id,
-                )
-            table._entries[entry.cron_id] = entry
-            table._push(entry)
-        return table

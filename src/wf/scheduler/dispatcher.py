@@ -24,8 +24,9 @@ the best activity any of them may run and the load balancer picks which of
 them gets it. Each grant is a ``LEASED`` transition with a fresh fencing
 token. The worker reports ``StartActivity`` (``EXECUTING``), renews, and
 finishes with ``Complete`` or ``Fail``; a failure is retried with backoff
-(``DELAYED``) while its retry budget lasts. ``Tick`` fires due timers and
-cron triggers, expires lapsed leases, declares silent workers lost and
+(``DELAYED``) while its retry budget lasts. ``Cancel`` withdraws unfinished
+work and reports ``ActivityCancelled`` with the cancel's origin. ``Tick``
+fires due timers, expires lapsed leases, declares silent workers lost and
 forgets workers departed longer than ``departed_worker_retention_s``. A
 timer fires ``early_grant_s`` before its instant: a grant made before the
 instant carries it as ``not_before`` (never started on grant), and the worker
@@ -38,6 +39,12 @@ it is idempotent or its retry policy says ``restart_on_abandon``; otherwise
 it fails with ``may_have_executed`` rather than silently running twice.
 Requeues caused by lost workers count in ``infra_requeues``, never against
 the retry budget.
+
+Why one module of about a thousand lines: the handlers are one state machine
+over one set of private structures (queue, leases, registry, ordering lines,
+waiting workers), and ``_to``, the only place a state changes, must stay the
+only one. The pieces with a life of their own are already modules (queue,
+policies, leases, registry, timers, limits, backpressure, stealing).
 """
 
 from __future__ import annotations
@@ -55,7 +62,6 @@ from wf.errors import (
     IllegalTransition,
     InvalidArgument,
     NotFound,
-    Overloaded,
     WorkerNotActive,
 )
 from wf.scheduler import commands as cmd
@@ -65,28 +71,25 @@ from wf.scheduler.backpressure import (
     BackpressureLevel,
 )
 from wf.scheduler.config import SchedulerConfig
-from wf.scheduler.cron import CronTable
 from wf.scheduler.lease import LeaseTable
 from wf.scheduler.load_balancer import LoadBalancer, make_load_balancer
 from wf.scheduler.metrics import CoreMetrics
 from wf.scheduler.model import (
     DEFAULT_RETRY,
-    TERMINAL_STATES,
     TRANSITIONS,
     Activity,
     ActivityState,
     Priority,
+    TransitionReason,
     WorkerState,
     WorkerStatus,
 )
 from wf.scheduler.outputs import (
+    ActivityCancelled,
     ActivityCompleted,
     ActivityFailed,
     ActivitySubmitted,
     BackpressureChanged,
-    CronFired,
-    CronRemoved,
-    CronUpserted,
     Decision,
     LeaseGranted,
     LeaseRenewed,
@@ -107,6 +110,7 @@ from wf.scheduler.timer import DelayedTimers, resolve_not_before
 from wf.scheduler.worker_registry import WorkerRegistry
 
 S = ActivityState
+R = TransitionReason
 _QUEUED: Final = S.QUEUED
 _LEASED: Final = S.LEASED
 _EXECUTING: Final = S.EXECUTING
@@ -118,7 +122,7 @@ _PRIORITY_VALUES: Final = frozenset(int(p) for p in Priority)
 FINISHED_MEMORY_MAX: Final = 100_000
 """Terminal activities remembered (so late calls get StaleLease, not NotFound)."""
 ID_LENGTH_MAX: Final = 256
-"""Longest activity, worker or cron id accepted."""
+"""Longest activity or worker id accepted."""
 
 
 class SchedulerCore:
@@ -149,8 +153,6 @@ class SchedulerCore:
         self.backpressure = BackpressureController(config.backpressure)
         self._bp_enabled = config.backpressure != BackpressureConfig()
         self.timers = DelayedTimers()
-        self.crons = CronTable()
-        self.cron_templates: dict[str, Activity] = {}
         self.key_lines: dict[str, deque[Activity]] = {}
         """Ordering key -> every unfinished activity with that key, in creation order.
 
@@ -179,8 +181,6 @@ class SchedulerCore:
             cmd.Fail: self._fail,
             cmd.ShutdownWorker: self._shutdown_worker,
             cmd.WorkersLost: self._workers_lost,
-            cmd.RegisterCron: self._register_cron,
-            cmd.RemoveCron: self._remove_cron,
             cmd.Tick: self._tick,
         }
         self.metrics = CoreMetrics()
@@ -207,7 +207,6 @@ class SchedulerCore:
         due = self.timers.next_due_at()
         candidates = [
             None if due is None else due - self.config.early_grant_s,
-            self.crons.next_due_at(),
             self.leases.next_expiry_at(),
             self.registry.next_deadline_at(),
             self.registry.next_purge_at(),
@@ -317,10 +316,10 @@ class SchedulerCore:
         # A copy: the live activity keeps changing after the record is handed out.
         self._records.append(ActivitySubmitted(at=now, activity=msgspec.structs.replace(a)))
         if a.not_before is not None and a.not_before > now:
-            self._to(a, S.DELAYED, "delayed", now, not_before=a.not_before)
+            self._to(a, S.DELAYED, R.DELAYED, now, not_before=a.not_before)
             self.timers.add(a.activity_id, a.not_before, a.seq)
         else:
-            self._enqueue(a, "submitted", now)
+            self._enqueue(a, R.SUBMITTED, now)
 
     def _to(
         self,
@@ -334,6 +333,9 @@ class SchedulerCore:
         result: bytes | None = None,
     ) -> None:
         """The one place an activity changes state: table check, then a record.
+
+        ``reason`` is a :class:`TransitionReason`, or the record's text where one
+        carries more (a cancel's own text, ``stolen_from:<victim>``).
 
         Invariant kept here: ``worker_id`` and ``lease_expires_at`` describe the
         current lease, so they are cleared when the activity leaves the held
@@ -378,7 +380,9 @@ class SchedulerCore:
     def _group(self, a: Activity) -> str:
         return a.policy or self.config.default_policy
 
-    def _enqueue(self, a: Activity, reason: str, now: float, error: str | None = None) -> None:
+    def _enqueue(
+        self, a: Activity, reason: TransitionReason, now: float, error: str | None = None
+    ) -> None:
         """Into the ready queue, or behind the in-flight activity of its ordering key.
 
         Activities sharing an ordering key start strictly in creation order: a
@@ -457,6 +461,15 @@ class SchedulerCore:
             self._revoke(a, c.reason)
         self._to(a, S.CANCELLED, c.reason, now)
         self.metrics.cancelled += 1
+        self._decisions.append(
+            ActivityCancelled(
+                activity_id=a.activity_id,
+                workflow_id=a.workflow_id,
+                correlation_id=a.correlation_id,
+                origin=c.origin,
+                reason=c.reason,
+            )
+        )
         self._finish(a)
         self._after(now)
 
@@ -476,7 +489,7 @@ class SchedulerCore:
                 f"activity {a.activity_id!r} already started", activity_id=a.activity_id
             )
         a.attempt += 1
-        self._to(a, _EXECUTING, "started", c.now)
+        self._to(a, _EXECUTING, R.STARTED, c.now)
 
     def _renew(self, c: cmd.RenewLease) -> None:
         a = self._get_fenced(c.activity_id, c.token, c.now)
@@ -496,7 +509,7 @@ class SchedulerCore:
         a = self._get_fenced(activity_id, token, now)
         if unreported_start and a.state is _LEASED and (a.idempotent or a.retry.restart_on_abandon):
             a.attempt += 1
-            self._to(a, _EXECUTING, "started", now)
+            self._to(a, _EXECUTING, R.STARTED, now)
         if a.state is not _EXECUTING:
             raise IllegalTransition(
                 f"activity {a.activity_id!r} was never started", activity_id=a.activity_id
@@ -508,7 +521,7 @@ class SchedulerCore:
         now = c.now
         a = self._get_executing(c.activity_id, c.token, now, c.unreported_start)
         self._release(a)
-        self._to(a, S.COMPLETED, "completed", now, result=c.result)
+        self._to(a, S.COMPLETED, R.COMPLETED, now, result=c.result)
         self.metrics.completed += 1
         self._decisions.append(
             ActivityCompleted(
@@ -531,18 +544,18 @@ class SchedulerCore:
         a.last_error = error
         retry = a.retry
         if not c.retryable or c.error_type in retry.non_retryable_errors:
-            self._fail_for_good(a, "non_retryable", now, c.error_type, c.message, False)
+            self._fail_for_good(a, R.NON_RETRYABLE, now, c.error_type, c.message, False)
         elif a.failures >= retry.max_attempts:
-            self._fail_for_good(a, "retries_exhausted", now, c.error_type, c.message, False)
+            self._fail_for_good(a, R.RETRIES_EXHAUSTED, now, c.error_type, c.message, False)
         else:
             delay = retry_delay_s(a)
             if delay > 0:
                 due = now + delay
-                self._to(a, S.DELAYED, "retry", now, not_before=due, error=error)
+                self._to(a, S.DELAYED, R.RETRY, now, not_before=due, error=error)
                 self.timers.add(a.activity_id, due, a.seq)
             else:
                 due = now
-                self._enqueue(a, "retry", now, error)
+                self._enqueue(a, R.RETRY, now, error)
             self.metrics.retries += 1
             self._decisions.append(
                 RetryScheduled(activity_id=a.activity_id, attempt=a.attempt + 1, not_before=due)
@@ -552,7 +565,7 @@ class SchedulerCore:
     def _fail_for_good(
         self,
         a: Activity,
-        reason: str,
+        reason: TransitionReason,
         now: float,
         error_type: str,
         message: str,
@@ -599,20 +612,22 @@ class SchedulerCore:
         )
         self._release(a)
 
-    def _abandon(self, a: Activity, reason: str, now: float, *, count: bool = True) -> None:
+    def _abandon(
+        self, a: Activity, reason: TransitionReason, now: float, *, count: bool = True
+    ) -> None:
         """The lease is lost: requeue, or fail closed if it may have run (see module doc)."""
         executing = a.state is _EXECUTING
         self._revoke(a, reason)
         if executing and not (a.idempotent or a.retry.restart_on_abandon):
             a.last_error = f"lease lost while executing ({reason}); external effects may exist"
-            self._fail_for_good(a, "may_have_executed", now, "LeaseLost", a.last_error, True)
+            self._fail_for_good(a, R.MAY_HAVE_EXECUTED, now, "LeaseLost", a.last_error, True)
             return
         if count:
             a.infra_requeues += 1
             if a.infra_requeues > self.config.infra_requeues_max:
                 a.last_error = f"requeued {a.infra_requeues - 1} times after lost leases"
                 self._fail_for_good(
-                    a, "infra_requeues_exhausted", now, "LeaseLost", a.last_error, executing
+                    a, R.INFRA_REQUEUES_EXHAUSTED, now, "LeaseLost", a.last_error, executing
                 )
                 return
         self.metrics.requeued += 1
@@ -705,7 +720,7 @@ class SchedulerCore:
         for aid in list(worker.leases):
             a = self.activities[aid]
             if a.state is _LEASED:
-                self._abandon(a, "returned", now, count=False)
+                self._abandon(a, R.RETURNED, now, count=False)
         if not worker.leases and worker.status is WorkerStatus.DRAINING:
             self.registry.depart(worker, WorkerStatus.GONE, now)
             self._worker_record(worker, now)
@@ -719,7 +734,7 @@ class SchedulerCore:
                 self._lose_worker(worker, c.reason, c.now)
         self._after(c.now)
 
-    def _lose_worker(self, worker: WorkerState, reason: str, now: float) -> None:
+    def _lose_worker(self, worker: WorkerState, reason: TransitionReason, now: float) -> None:
         if worker.status is _ACTIVE:
             self.capacity -= worker.info.max_concurrency
         worker.status = WorkerStatus.FAILED
@@ -738,80 +753,6 @@ class SchedulerCore:
         del self._signatures[worker_id]
         self._records.append(WorkerRemoved(at=now, worker_id=worker_id))
 
-    # ------------------------------------------------------------------- cron
-
-    def _register_cron(self, c: cmd.RegisterCron) -> None:
-        if not c.cron_id or len(c.cron_id) > ID_LENGTH_MAX:
-            raise InvalidArgument("cron_id must be 1..256 characters", field="cron_id")
-        self._validate_activity(
-            msgspec.structs.replace(c.template, activity_id=f"{c.cron_id}@0"), set()
-        )
-        entry = self.crons.add(
-            c.cron_id, c.expression, c.timezone, c.now, template=msgspec.json.encode(c.template)
-        )
-        self.cron_templates[c.cron_id] = c.template
-        self._records.append(
-            CronUpserted(
-                at=c.now,
-                cron_id=c.cron_id,
-                expression=entry.expression,
-                timezone=entry.timezone,
-                next_fire_at=entry.next_fire_at,
-                template=c.template,
-            )
-        )
-
-    def _remove_cron(self, c: cmd.RemoveCron) -> None:
-        self.crons.remove(c.cron_id)
-        del self.cron_templates[c.cron_id]
-        self._records.append(CronRemoved(at=c.now, cron_id=c.cron_id))
-
-    def _fire_crons(self, now: float) -> None:
-        for entry, instant, missed in self.crons.due(now):
-            template = self.cron_templates[entry.cron_id]
-            activity_id = f"{entry.cron_id}@{instant:.0f}"
-            fired = self.crons.get(entry.cron_id)
-            assert fired is not None
-            self._records.append(
-                CronUpserted(
-                    at=now,
-                    cron_id=entry.cron_id,
-                    expression=entry.expression,
-                    timezone=entry.timezone,
-                    next_fire_at=fired.next_fire_at,
-                    template=template,
-                )
-            )
-            if activity_id in self.activities or activity_id in self.finished:
-                continue  # Already fired before a restart: an instant fires once.
-            if template.new_workflow:
-                try:
-                    self.backpressure.admit_new_workflow(now)
-                except Overloaded:
-                    # Backpressure applies to recurring starts too; the instant is
-                    # reported as refused rather than queued behind the overload.
-                    self._decisions.append(
-                        CronFired(
-                            cron_id=entry.cron_id,
-                            instant=instant,
-                            activity_id="",
-                            missed=missed,
-                            refused="overloaded",
-                        )
-                    )
-                    continue
-            self._accept(
-                msgspec.structs.replace(
-                    template, activity_id=activity_id, not_before=None, delay=None
-                ),
-                now,
-            )
-            self._decisions.append(
-                CronFired(
-                    cron_id=entry.cron_id, instant=instant, activity_id=activity_id, missed=missed
-                )
-            )
-
     # ------------------------------------------------------------------- tick
 
     def _tick(self, c: cmd.Tick) -> None:
@@ -820,8 +761,7 @@ class SchedulerCore:
         # Early by early_grant_s: a grant made before the instant carries it, and the
         # worker starts the activity then (see SchedulerConfig.early_grant_s).
         for activity_id in self.timers.pop_due(now + self.config.early_grant_s):
-            self._enqueue(self.activities[activity_id], "timer", now)
-        self._fire_crons(now)
+            self._enqueue(self.activities[activity_id], R.TIMER, now)
         for activity_id, token, expires_at in self.leases.pop_expired(now):
             a = self.activities.get(activity_id)
             if (
@@ -832,7 +772,7 @@ class SchedulerCore:
             ):
                 self.metrics.expired_leases += 1
                 holder = self.registry.workers.get(a.worker_id or "")
-                self._abandon(a, "lease_expired", now)
+                self._abandon(a, R.LEASE_EXPIRED, now)
                 if holder is not None and holder.demand:
                     # A worker that let a lease lapse has most likely died with a poll
                     # still open on the server; granting it more (the requeued activity
@@ -841,7 +781,7 @@ class SchedulerCore:
                     holder.demand = holder.start_demand = 0
                     self.waiting.pop(holder.info.worker_id, None)
         for worker in self.registry.pop_dead(now):
-            self._lose_worker(worker, "missed_heartbeats", now)
+            self._lose_worker(worker, R.MISSED_HEARTBEATS, now)
         for worker in self.registry.pop_purgeable(now):
             self._forget_worker(worker, now)
         self._after(now)
@@ -968,7 +908,7 @@ class SchedulerCore:
         self, worker: WorkerState, a: Activity, now: float, lane: Lane, policy: SchedulingPolicy
     ) -> None:
         lease = self.leases.grant(a, worker.info.worker_id, now)
-        self._to(a, _LEASED, "granted", now)
+        self._to(a, _LEASED, R.GRANTED, now)
         not_before = _not_yet(a, now)
         # Only where a lost grant is harmless: if the answer carrying it never reaches
         # the worker, the lease expires and an activity that may run again is simply
@@ -984,7 +924,7 @@ class SchedulerCore:
             # holds a started activity whose grant it lacks.
             worker.start_demand -= 1
             a.attempt += 1
-            self._to(a, _EXECUTING, "started", now)
+            self._to(a, _EXECUTING, R.STARTED, now)
         worker.leases[a.activity_id] = lease.token
         worker.demand -= 1
         if worker.demand <= 0 or worker.free_slots <= 0:
@@ -1036,15 +976,15 @@ class SchedulerCore:
                         worker_id=victim.info.worker_id,
                         activity_id=a.activity_id,
                         token=a.token,
-                        reason="stolen",
+                        reason=R.STOLEN,
                     )
                 )
                 del victim.leases[a.activity_id]
                 a.steals += 1
                 self.metrics.steals += 1
-                self._to(a, _QUEUED, "stolen", now)
+                self._to(a, _QUEUED, R.STOLEN, now)
                 lease = self.leases.grant(a, thief.info.worker_id, now)
-                self._to(a, _LEASED, f"stolen_from:{victim.info.worker_id}", now)
+                self._to(a, _LEASED, f"{R.STOLEN_FROM}:{victim.info.worker_id}", now)
                 thief.leases[a.activity_id] = lease.token
                 thief.demand -= 1
                 self._decisions.append(
@@ -1102,6 +1042,3 @@ def retry_delay_s(a: Activity) -> float:
     for byte in f"{a.activity_id}:{a.failures}".encode():
         h = ((h ^ byte) * 16777619) & 0xFFFFFFFF
     return float(base * (1 - r.jitter_fraction * (h / 0xFFFFFFFF)))
-
-
-TERMINAL: Final = TERMINAL_STATES

@@ -9,9 +9,13 @@ so lease expiries persisted before a restart still mean something after it.
 
 An :class:`Activity` is mutable and owned by exactly one core; everything the
 core hands out (leases, decisions, records) is an immutable value. The
-lifecycle of WF-005 §5 is the table :data:`TRANSITIONS`; every change of
-``Activity.state`` goes through :func:`check_transition`, which raises
-:class:`~wf.errors.IllegalTransition` before anything changes.
+lifecycle of WF-005 §5 is the table :data:`TRANSITIONS`; the core changes
+``Activity.state`` in one place (``SchedulerCore._to``), which looks the edge
+up in the table and raises :class:`~wf.errors.IllegalTransition` before
+anything changes; :func:`check_transition` is the same check for code outside
+the core (a history read back from a store). Why an edge was taken is a
+:class:`TransitionReason`; why a ``Cancel`` was sent is its
+:class:`CancelOrigin`, never its text.
 
 ``READY`` is the state of a just-submitted activity while the core decides
 where it goes (queue, timer, ordering hold); ``DELAYED`` is WF-005 §17's
@@ -79,8 +83,9 @@ _S = ActivityState
 TRANSITIONS: Final[dict[ActivityState, frozenset[ActivityState]]] = {
     _S.READY: frozenset({_S.QUEUED, _S.DELAYED}),
     _S.DELAYED: frozenset({_S.QUEUED, _S.CANCELLED}),
-    # QUEUED -> FAILED: a corrupt or contradictory record blocks the activity.
-    _S.QUEUED: frozenset({_S.LEASED, _S.CANCELLED, _S.FAILED}),
+    # A queued activity never fails: nothing ran. (Recovery blocks a contradictory
+    # stored activity by leaving it out of the live state, with a diagnostic.)
+    _S.QUEUED: frozenset({_S.LEASED, _S.CANCELLED}),
     # LEASED -> QUEUED: lease lost before start (expiry, worker loss, steal, return).
     # LEASED -> FAILED: the infrastructure requeue budget ran out.
     _S.LEASED: frozenset({_S.EXECUTING, _S.QUEUED, _S.CANCELLED, _S.FAILED}),
@@ -91,6 +96,64 @@ TRANSITIONS: Final[dict[ActivityState, frozenset[ActivityState]]] = {
     _S.CANCELLED: frozenset(),
 }
 """Allowed lifecycle transitions: ``TRANSITIONS[a]`` is every state reachable from ``a``."""
+
+
+class TransitionReason(enum.StrEnum):
+    """Why the core moved an activity: the ``reason`` of a
+    :class:`~wf.scheduler.outputs.Transition`.
+
+    The values are the strings stores and the wire have always carried, so a
+    stored history reads the same. Two reasons carry more text in the record: a
+    cancel records the text its issuer gave (:attr:`CANCELLED` when none), and
+    a stolen lease's new grant records ``stolen_from:<victim worker id>``.
+    """
+
+    SUBMITTED = "submitted"
+    """``ready -> queued``: accepted and due now."""
+    DELAYED = "delayed"
+    """``ready -> delayed``: accepted with a later ``not_before`` (WF-005 §17)."""
+    TIMER = "timer"
+    """``delayed -> queued``: its instant came (``early_grant_s`` early)."""
+    GRANTED = "granted"
+    """``queued -> leased``: dispatched to a waiting worker."""
+    STARTED = "started"
+    """``leased -> executing``: the holder began it (or the grant was its start)."""
+    COMPLETED = "completed"
+    """``executing -> completed``: finished with a result."""
+    RETRY = "retry"
+    """``executing -> delayed | queued``: a failed attempt will run again."""
+    NON_RETRYABLE = "non_retryable"
+    """``executing -> failed``: the error may not be retried."""
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    """``executing -> failed``: ``retry.max_attempts`` used up."""
+    MAY_HAVE_EXECUTED = "may_have_executed"
+    """``executing -> failed``: the lease was lost mid-execution and the activity may
+    not run twice (neither idempotent nor ``restart_on_abandon``)."""
+    INFRA_REQUEUES_EXHAUSTED = "infra_requeues_exhausted"
+    """``leased | executing -> failed``: lost leases requeued it too often."""
+    LEASE_EXPIRED = "lease_expired"
+    """``leased | executing -> queued``: the lease lapsed unrenewed."""
+    RETURNED = "returned"
+    """``leased -> queued``: a draining worker handed back an unstarted lease."""
+    MISSED_HEARTBEATS = "missed_heartbeats"
+    """``leased | executing -> queued``: its worker was declared lost (silence)."""
+    INFRASTRUCTURE_FAILURE = "infrastructure_failure"
+    """``leased | executing -> queued``: its worker was reported lost (``WorkersLost``)."""
+    STOLEN = "stolen"
+    """``leased -> queued``: an idle worker takes the unstarted lease (work stealing)."""
+    STOLEN_FROM = "stolen_from"
+    """``queued -> leased``: the thief's grant; recorded as ``stolen_from:<victim>``."""
+    CANCELLED = "cancelled"
+    """``* -> cancelled``: withdrawn by a ``Cancel`` (see :class:`CancelOrigin`)."""
+
+
+class CancelOrigin(enum.StrEnum):
+    """Who sent a ``Cancel``: listeners decide by this, never by the reason's text."""
+
+    OPERATOR = "operator"
+    """A caller of the API (an operator, a client, a test): news for the run engine."""
+    RUN = "run"
+    """The run engine itself, withdrawing the work of a run that stopped."""
 
 
 def check_transition(activity_id: str, current: ActivityState, target: ActivityState) -> None:

@@ -3,8 +3,8 @@
 *Decisions* are for the shell to carry out after the records are durable:
 deliver a lease, tell a worker its lease was revoked, tell the runtime an
 activity finished, notify operators. *Records* are the state changes, one per
-lifecycle transition (WF-005 §5) plus worker, lease-renewal and cron
-changes; the store appends them before anyone hears of the decisions
+lifecycle transition (WF-005 §5) plus worker and lease-renewal changes; the
+store appends them before anyone hears of the decisions
 ("persist before acknowledging"). Both are immutable msgspec structs tagged
 by ``kind`` so that they encode as JSON and decode back to equal values.
 """
@@ -13,7 +13,15 @@ from __future__ import annotations
 
 import msgspec
 
-from wf.scheduler.model import Activity, ActivityState, Lease, WorkerInfo, WorkerStatus
+from wf.scheduler.model import (
+    Activity,
+    ActivityState,
+    CancelOrigin,
+    Lease,
+    TransitionReason,
+    WorkerInfo,
+    WorkerStatus,
+)
 
 
 class _Decision(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
@@ -48,6 +56,8 @@ class LeaseRevoked(_Decision, frozen=True, kw_only=True, tag="lease_revoked"):
     activity_id: str
     token: int
     reason: str
+    """The :class:`~wf.scheduler.model.TransitionReason` that ended the lease, or a
+    cancel's own text."""
 
 
 class ActivityCompleted(_Decision, frozen=True, kw_only=True, tag="activity_completed"):
@@ -67,13 +77,26 @@ class ActivityFailed(_Decision, frozen=True, kw_only=True, tag="activity_failed"
     workflow_id: str
     correlation_id: str
     attempt: int
-    reason: str
-    """``retries_exhausted``, ``non_retryable``, ``may_have_executed``,
-    ``infra_requeues_exhausted`` or ``corrupt_record``."""
+    reason: TransitionReason
+    """``retries_exhausted``, ``non_retryable``, ``may_have_executed`` or
+    ``infra_requeues_exhausted``."""
     error_type: str
     message: str
     may_have_executed: bool
     """True when external effects may already have happened."""
+
+
+class ActivityCancelled(_Decision, frozen=True, kw_only=True, tag="activity_cancelled"):
+    """The activity was withdrawn by a ``Cancel``; its lease, if any, was revoked."""
+
+    activity_id: str
+    workflow_id: str
+    correlation_id: str
+    origin: CancelOrigin
+    """Who sent the cancel: the run engine treats an ``operator`` cancel of a run's
+    activity as news (the node fails) and ignores its own (``run``)."""
+    reason: str
+    """The text the cancel's issuer gave (free text, for people)."""
 
 
 class RetryScheduled(_Decision, frozen=True, kw_only=True, tag="retry_scheduled"):
@@ -88,7 +111,8 @@ class WorkerFailed(_Decision, frozen=True, kw_only=True, tag="worker_failed"):
     """A worker was declared lost; its leases were revoked."""
 
     worker_id: str
-    reason: str
+    reason: TransitionReason
+    """``missed_heartbeats`` or ``infrastructure_failure``."""
 
 
 class BackpressureChanged(_Decision, frozen=True, kw_only=True, tag="backpressure_changed"):
@@ -100,27 +124,15 @@ class BackpressureChanged(_Decision, frozen=True, kw_only=True, tag="backpressur
     utilization: float
 
 
-class CronFired(_Decision, frozen=True, kw_only=True, tag="cron_fired"):
-    """A recurring trigger fired and submitted ``activity_id``."""
-
-    cron_id: str
-    instant: float
-    activity_id: str
-    missed: int
-    """Earlier instants coalesced into this firing (the scheduler was behind)."""
-    refused: str | None = None
-    """Set (``overloaded``) when backpressure refused this new-workflow start."""
-
-
 Decision = (
     LeaseGranted
     | LeaseRevoked
     | ActivityCompleted
     | ActivityFailed
+    | ActivityCancelled
     | RetryScheduled
     | WorkerFailed
     | BackpressureChanged
-    | CronFired
 )
 """Everything the core may ask the shell to do."""
 
@@ -143,6 +155,9 @@ class Transition(_Record, frozen=True, kw_only=True, tag="transition"):
     from_state: ActivityState
     to_state: ActivityState
     reason: str
+    """A :class:`~wf.scheduler.model.TransitionReason` value; a cancel's is its
+    issuer's text and a steal's grant ``stolen_from:<victim>`` (see there). Typed
+    ``str`` so that every stored history decodes as it was written."""
     attempt: int
     failures: int
     infra_requeues: int
@@ -179,31 +194,7 @@ class WorkerRemoved(_Record, frozen=True, kw_only=True, tag="worker_removed"):
     worker_id: str
 
 
-class CronUpserted(_Record, frozen=True, kw_only=True, tag="cron_upserted"):
-    """A recurring trigger was registered, or advanced to its next instant."""
-
-    cron_id: str
-    expression: str
-    timezone: str
-    next_fire_at: float
-    template: Activity
-
-
-class CronRemoved(_Record, frozen=True, kw_only=True, tag="cron_removed"):
-    """A recurring trigger was removed."""
-
-    cron_id: str
-
-
-Record = (
-    ActivitySubmitted
-    | Transition
-    | LeaseRenewed
-    | WorkerUpserted
-    | WorkerRemoved
-    | CronUpserted
-    | CronRemoved
-)
+Record = ActivitySubmitted | Transition | LeaseRenewed | WorkerUpserted | WorkerRemoved
 """Everything the store persists."""
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import enum
 import heapq
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from wf.scheduler.model import Activity, ActivityState, Priority, WorkerInfo
@@ -152,9 +152,6 @@ class Lane:
                 e for e in self.heap if e[3].state is _QUEUED and e[3].queue_ticket == e[2]
             ]
             heapq.heapify(self.heap)
-
-
-RankFn = Callable[[Activity], Any]
 
 
 class ReadyQueue:

@@ -4,9 +4,9 @@ Theory of operation
 -------------------
 :func:`snapshot` captures every piece of core state that can influence a
 future decision: activities with their counters, workers with their leases
-and demand, ordering holds, timers, cron entries, rate-limiter buckets,
-backpressure level, balancer cursor and policy counters, and the sequence
-and token counters. :func:`restore` rebuilds a core that makes exactly the
+and demand, ordering holds, timers, rate-limiter buckets, backpressure
+level, balancer cursor and policy counters, and the sequence and token
+counters. :func:`restore` rebuilds a core that makes exactly the
 same decisions as the original from that point on (the determinism tests
 replay half a log, snapshot, restore, and compare the rest byte for byte).
 Heaps are rebuilt from their live entries; their internal layout may differ,
@@ -14,8 +14,14 @@ but the order they yield is fixed by unique ``(key, seq)`` pairs. Restoring
 10^6 queued activities is a start-up cost, so the ready queue is filled in
 bulk (each lane's entries appended, then heapified once; tickets, lane order
 and counters exactly as one-by-one pushes would leave them), and
-``adopt=True`` lets a caller that owns a fresh snapshot (the store loader's)
-hand its activities over instead of having them copied.
+``adopt=True`` lets a caller that owns a fresh snapshot (one
+:func:`snapshot_from_durable` built) hand its activities over instead of
+having them copied.
+
+:func:`snapshot_from_durable` is the other way into a core: from what a store
+keeps (activities, workers, counters: :class:`DurableRows`, decoded by the
+store) it derives everything else, so the knowledge of how a core is put
+together stays in the core and the store only hands over rows.
 
 :func:`recover` is the §23 procedure for a *restart*: restore the state,
 rebuild the worker registry (every live worker gets a fresh heartbeat grace
@@ -36,8 +42,8 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections import OrderedDict, deque
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -45,11 +51,10 @@ from wf.errors import CorruptRecord
 from wf.scheduler import commands as cmd
 from wf.scheduler.backpressure import BackpressureController, BackpressureSnapshot
 from wf.scheduler.config import SchedulerConfig
-from wf.scheduler.cron import CronEntry, CronTable
 from wf.scheduler.dispatcher import SchedulerCore
 from wf.scheduler.model import Activity, ActivityState, WorkerInfo, WorkerState, WorkerStatus
 from wf.scheduler.outputs import Outcome
-from wf.scheduler.policies import _PolicyBase
+from wf.scheduler.policies import _PolicyBase, make_policy
 from wf.scheduler.queue import Entry, Lane, worker_signature
 from wf.scheduler.rate_limiter import RateLimiter, RateLimiterSnapshot
 from wf.scheduler.timer import DelayedTimers
@@ -89,10 +94,6 @@ class CoreSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Workers with poll demand, in the order they began waiting."""
     timers: list[tuple[float, int, str]]
     """Dormant activities (due, seq, id)."""
-    crons: list[CronEntry]
-    """Cron entries."""
-    cron_templates: dict[str, Activity]
-    """Cron id -> activity template."""
     limiter: RateLimiterSnapshot
     """Rate-limiter buckets and running counts."""
     backpressure: BackpressureSnapshot
@@ -122,8 +123,6 @@ def snapshot(core: SchedulerCore) -> CoreSnapshot:
         ],
         waiting=list(core.waiting),
         timers=core.timers.snapshot(),
-        crons=core.crons.snapshot(),
-        cron_templates=dict(core.cron_templates),
         limiter=core.limiter.snapshot(),
         backpressure=core.backpressure.snapshot(),
         balancer=core.balancer.snapshot(),
@@ -137,8 +136,8 @@ def restore(snap: CoreSnapshot, *, adopt: bool = False) -> SchedulerCore:
     The core works on copies of the snapshot's activities, so the snapshot
     stays a value. With ``adopt=True`` it takes the snapshot's ``Activity``
     objects over instead (no copies): only for a snapshot that nobody reads
-    afterwards, such as the fresh one :func:`wf.store.loader.build_snapshot`
-    returns; the core mutates those objects from then on.
+    afterwards, such as the fresh one :func:`snapshot_from_durable` returns; the
+    core mutates those objects from then on.
     """
     if snap.version != SNAPSHOT_VERSION:
         raise CorruptRecord(f"unsupported snapshot version {snap.version}", version=snap.version)
@@ -171,8 +170,6 @@ def restore(snap: CoreSnapshot, *, adopt: bool = False) -> SchedulerCore:
             _check_lease(core, worker, aid)
     core.waiting = {wid: core.registry.workers[wid] for wid in snap.waiting}
     core.timers = DelayedTimers.restore(snap.timers)
-    core.crons = CronTable.restore(snap.crons)
-    core.cron_templates = dict(snap.cron_templates)
     core.limiter = RateLimiter.restore(snap.config.limits, snap.limiter)
     core.backpressure = BackpressureController.restore(snap.config.backpressure, snap.backpressure)
     core.balancer.restore(snap.balancer)
@@ -318,6 +315,160 @@ def recover(
     return core, outcome
 
 
+class StoredWorkerRow(Protocol):
+    """One worker as the store keeps it (read-only)."""
+
+    @property
+    def info(self) -> WorkerInfo:
+        """Latest registration."""
+        ...
+
+    @property
+    def seq(self) -> int:
+        """Registration sequence number."""
+        ...
+
+    @property
+    def status(self) -> WorkerStatus:
+        """Last persisted status."""
+        ...
+
+    @property
+    def registered_at(self) -> float:
+        """First registration instant."""
+        ...
+
+    @property
+    def updated_at(self) -> float:
+        """When its row was last written; for a failed or gone worker, its departure."""
+        ...
+
+
+class DurableRows(Protocol):
+    """The durable state a store hands over, decoded (the store's ``StoredState`` is
+    one): what :func:`snapshot_from_durable` rebuilds a core from."""
+
+    @property
+    def seq(self) -> int:
+        """Highest activity sequence number ever assigned."""
+        ...
+
+    @property
+    def token(self) -> int:
+        """Highest fencing token ever granted."""
+        ...
+
+    @property
+    def worker_seq(self) -> int:
+        """Highest worker registration sequence number."""
+        ...
+
+    @property
+    def activities(self) -> list[Activity]:
+        """Unfinished activities in ``seq`` order, lifecycle applied."""
+        ...
+
+    @property
+    def finished(self) -> list[tuple[str, ActivityState]]:
+        """The most recently finished activities, oldest first."""
+        ...
+
+    @property
+    def workers(self) -> Sequence[StoredWorkerRow]:
+        """Every worker, in ``seq`` order."""
+        ...
+
+
+class BlockedLease(msgspec.Struct, frozen=True, kw_only=True):
+    """A held activity left out of a rebuilt core: the worker it names is unknown."""
+
+    activity_id: str
+    """The activity (leased or executing)."""
+    state: ActivityState
+    """Its stored state."""
+    worker_id: str | None
+    """The worker it names, which is not registered."""
+
+
+_HELD: Final = (ActivityState.LEASED, ActivityState.EXECUTING)
+_LIVE_WORKER: Final = (WorkerStatus.ACTIVE, WorkerStatus.DRAINING)
+
+
+def snapshot_from_durable(
+    durable: DurableRows, config: SchedulerConfig, now: float
+) -> tuple[CoreSnapshot, list[BlockedLease]]:
+    """A core snapshot from a store's durable state; workers count as last seen at
+    ``now``. Returns the held activities left out (fail closed) beside it.
+
+    A store keeps only durable state (activities, workers, counters); the rest is
+    derived here. Worker lease tables come from the activities that are leased or
+    executing; the timer heap from the delayed activities' due instants;
+    ordering-key lines from the activities' creation order (:func:`restore`);
+    soft state (rate-limiter buckets, backpressure, balancer cursor, policy
+    counters, poll demand, heartbeat figures) starts fresh. The snapshot's
+    activities are ``durable``'s own objects: restore it with ``adopt=True``.
+    An activity that claims a lease held by an unknown worker is left out and
+    returned, so the rest of the state recovers.
+    """
+    workers: dict[str, WorkerState] = {
+        w.info.worker_id: WorkerState(
+            info=w.info,
+            seq=w.seq,
+            status=w.status,
+            registered_at=w.registered_at,
+            last_seen_at=now,
+            # Retention runs from the departure, across restarts (see WorkerRegistry).
+            departed_at=None if w.status in _LIVE_WORKER else w.updated_at,
+        )
+        for w in durable.workers
+    }
+    # One pass; the common case (queued) costs a single identity test.
+    queued, delayed_state = ActivityState.QUEUED, ActivityState.DELAYED
+    stored = durable.activities
+    blocked: list[BlockedLease] = []
+    left_out: set[int] = set()
+    """``id()`` of the held activities whose worker is unknown."""
+    held_by_token: list[tuple[int, str, str]] = []
+    delayed: list[Activity] = []
+    for a in stored:
+        state = a.state
+        if state is queued:
+            continue
+        if state is delayed_state:
+            delayed.append(a)
+        elif state in _HELD:
+            worker = workers.get(a.worker_id or "")
+            if worker is None:
+                blocked.append(
+                    BlockedLease(activity_id=a.activity_id, state=state, worker_id=a.worker_id)
+                )
+                left_out.add(id(a))
+                continue
+            held_by_token.append((a.token, worker.info.worker_id, a.activity_id))
+    activities = [a for a in stored if id(a) not in left_out] if left_out else list(stored)
+    for token, worker_id, activity_id in sorted(held_by_token):
+        workers[worker_id].leases[activity_id] = token
+    snapshot = CoreSnapshot(
+        config=config,
+        seq=durable.seq,
+        token=durable.token,
+        worker_seq=durable.worker_seq,
+        activities=activities,
+        finished=durable.finished,
+        workers=sorted(workers.values(), key=lambda w: w.seq),
+        waiting=[],
+        timers=sorted((a.not_before or 0.0, a.seq, a.activity_id) for a in delayed),
+        limiter=RateLimiter(config.limits).snapshot(),
+        backpressure=BackpressureController(config.backpressure).snapshot(),
+        balancer={},
+        policies={
+            name: make_policy(pc.policy, pc.options).snapshot()
+            for name, pc in config.policies.items()
+        },
+    )
+    return snapshot, blocked
+
+
 _DIGEST_ENCODER = msgspec.json.Encoder(order="sorted")
 
 
@@ -331,7 +482,6 @@ class DurableState(msgspec.Struct, frozen=True, kw_only=True):
     workers: list[tuple[str, int, str, float, list[tuple[str, int]]]]
     """(id, seq, status, registered_at, leases by token) per worker."""
     worker_infos: list[WorkerInfo]
-    crons: list[tuple[str, str, str, float, Activity]]
     timers: list[tuple[float, int, str]]
 
 
@@ -357,10 +507,6 @@ def durable_state(core: SchedulerCore) -> DurableState:
             for w in workers
         ],
         worker_infos=[w.info for w in workers],
-        crons=[
-            (e.cron_id, e.expression, e.timezone, e.next_fire_at, core.cron_templates[e.cron_id])
-            for e in core.crons.snapshot()
-        ],
         timers=core.timers.snapshot(),
     )
 

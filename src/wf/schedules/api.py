@@ -47,7 +47,7 @@ from wf.schedules.model import (
     schedule_from_row,
     schedule_row,
 )
-from wf.store.protocol import OccurrenceRow, ScheduleRow, Store
+from wf.store.protocol import Catalog, OccurrenceRow, ScheduleRow
 from wf.tenancy import require_namespace
 from wf.wire.bounds import check_text
 from wf.wire.paging import (
@@ -77,7 +77,7 @@ _SCHEDULES: Final = "schedules"
 class ScheduleAPI:
     """Create, read, edit, pause, resume and delete schedules; page occurrences."""
 
-    def __init__(self, store: Store, workflow: WorkflowAPI, clock: Clock) -> None:
+    def __init__(self, store: Catalog, workflow: WorkflowAPI, clock: Clock) -> None:
         self.store = store
         self.workflow = workflow
         self.clock = clock

@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
 from wf.errors import CorruptRecord, InvalidArgument, NaiveDatetime
 from wf.scheduler.cron import next_fire_after, require_aware, resolve_zone, validate_cron
 from wf.store.protocol import ScheduleRow
+from wf.wire.triggers import CronTrigger as CronTrigger
+from wf.wire.triggers import OneShotTrigger as OneShotTrigger
+from wf.wire.triggers import Trigger as Trigger
 
 SCHEDULE_FORMAT: Final = 1
 """Version of the stored schedule document."""
@@ -51,39 +54,6 @@ STORED_OCCURRENCE_STATUSES: Final = (
 CATCHUP_MAX: Final = 1_000
 """Most due instants one admission step handles (one transaction); a longer catch-up
 takes several steps."""
-
-
-class OneShotTrigger(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    tag="oneshot",
-    tag_field="kind",
-    forbid_unknown_fields=True,
-):
-    """Fire once at ``at`` (ISO 8601 with an offset; naive times are refused)."""
-
-    at: str
-    """The instant as written (its offset kept)."""
-
-
-class CronTrigger(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    tag="cron",
-    tag_field="kind",
-    forbid_unknown_fields=True,
-):
-    """Fire at every instant of a five-field cron expression in an IANA zone."""
-
-    expression: str
-    """Five-field Unix cron (``0`` and ``7`` are Sunday; day fields match with OR)."""
-    timezone: str = "UTC"
-    """IANA zone the expression is read in."""
-
-
-Trigger = OneShotTrigger | CronTrigger
 
 
 class Schedule(msgspec.Struct, kw_only=True):
@@ -154,7 +124,6 @@ class Schedule(msgspec.Struct, kw_only=True):
 
 _encoder: Final = msgspec.json.Encoder(order="sorted")
 _decoder: Final = msgspec.json.Decoder(Schedule)
-_trigger_decoder: Final = msgspec.json.Decoder(Trigger)
 
 
 def check_schedule_id(value: object) -> str:
@@ -256,6 +225,3 @@ def schedule_from_row(row: ScheduleRow) -> Schedule:
             key=row.schedule_id,
         )
     return schedule
-
-
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]

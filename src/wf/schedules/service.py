@@ -15,7 +15,7 @@ sleeps until the earliest entry (a timer, not a poll: the sleep ends at the
 instant; ``poll_interval_s`` only bounds how long it sleeps without looking),
 then for each due schedule, under the schedule's lock, asks
 :func:`~wf.schedules.admission.next_step` for steps and stores each in one
-transaction (:meth:`~wf.store.protocol.Store.record_occurrences`): the
+transaction (:meth:`~wf.store.protocol.Catalog.record_occurrences`): the
 occurrences, the schedule's new watermark and counters, and the admitted run.
 A schedule is also reconsidered at once when it changes or when one of its
 runs finishes (a held candidate may go, overlap may have room).
@@ -67,7 +67,7 @@ import logging
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 import msgspec
 
@@ -605,15 +605,62 @@ def _created_at(run: Run, now: float) -> Run:
     return msgspec.structs.replace(run, created_at=now, deadline=deadline)
 
 
+class _ServerSection(Protocol):
+    @property
+    def scheduler(self) -> ScheduleServiceConfig: ...
+
+
+class _ServerConfig(Protocol):
+    @property
+    def server(self) -> _ServerSection: ...
+
+
+class ScheduleHost(Protocol):
+    """What :func:`build_scheduler_service` needs of a server (a
+    :class:`~wf.server.app.WfServer` is one); typed here, since the schedules layer
+    may not import the server."""
+
+    @property
+    def config(self) -> _ServerConfig:
+        """Its configuration; ``config.server.scheduler`` is the service's default."""
+        ...
+
+    @property
+    def schedules(self) -> ScheduleAPI | None:
+        """Its schedules API (``None``: built without schedules)."""
+        ...
+
+    @property
+    def engine(self) -> RunEngine:
+        """Its run engine, which starts the admitted runs."""
+        ...
+
+    schedule_service: ScheduleService | None
+    """The service its metrics show and its ``stop()`` drains first."""
+
+
+@runtime_checkable
+class ScheduleHostWrapper(Protocol):
+    """A server wrapping a :class:`ScheduleHost` (``wf.server.local.LocalStaticServer``)."""
+
+    @property
+    def server(self) -> ScheduleHost:
+        """The wrapped server."""
+        ...
+
+
 def build_scheduler_service(
-    server: Any, config: ScheduleServiceConfig | None = None, *, clock: Clock | None = None
+    server: ScheduleHost | ScheduleHostWrapper,
+    config: ScheduleServiceConfig | None = None,
+    *,
+    clock: Clock | None = None,
 ) -> ScheduleService:
     """The admission service of ``server`` (a :class:`~wf.server.app.WfServer` or a local
     server), not started yet. ``config`` defaults to the server's ``server.scheduler``.
 
     If the server has no service of its own it adopts this one: its metrics show it
     and stopping the server stops (drains) it first."""
-    wf_server = getattr(server, "server", server)
+    wf_server = server.server if isinstance(server, ScheduleHostWrapper) else server
     api = wf_server.schedules
     if api is None:
         raise Conflict("this server was built without deployment schedules (schedules=True)")

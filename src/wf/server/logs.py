@@ -43,7 +43,6 @@ from wf.scheduler.outputs import (
     ActivityFailed,
     ActivitySubmitted,
     BackpressureChanged,
-    CronFired,
     Decision,
     LeaseGranted,
     LeaseRenewed,
@@ -355,18 +354,6 @@ class OutcomeLogger:
                     "level": d.level,
                     "queue_depth": d.queue_depth,
                     "utilization": d.utilization,
-                },
-            )
-        elif type(d) is CronFired and info:
-            log.info(
-                "cron %s fired",
-                d.cron_id,
-                extra={
-                    "action": "cron.fired",
-                    "cron_id": d.cron_id,
-                    "activity_id": d.activity_id,
-                    "missed": d.missed,
-                    "refused": d.refused,
                 },
             )
 

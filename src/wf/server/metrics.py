@@ -80,9 +80,6 @@ RPC_LATENCY_BUCKETS_S: Final = (
 )
 """RPC latency buckets; the top ones are for long polls, which wait up to 60 s."""
 
-UNKNOWN_METHOD: Final = "unknown"
-"""The ``method`` label of calls to unregistered names (bounds label cardinality)."""
-
 COUNTERS: Final = (
     ("submitted", "wf_activities_submitted", "Activities accepted."),
     (
@@ -105,8 +102,6 @@ COUNTERS: Final = (
 
 LATENESS_QUANTILES: Final = (0.5, 0.9, 0.99, 1.0)
 """Quantiles of ``wf_schedule_admission_lateness_seconds`` (1.0 is the window's maximum)."""
-SKIP_REASONS: Final = ("overlap", "misfire")
-"""The ``reason`` label values of ``wf_schedule_occurrences_skipped_total``."""
 
 
 class CoreCollector:

@@ -2,14 +2,19 @@
 
 Theory of operation
 -------------------
-Every method is registered with a msgspec ``Struct`` describing its
-parameters, an async handler taking ``(params, caller)``, and the access it
-requires. The same registration drives three things, so they cannot drift:
-parameter validation (``msgspec.convert`` with strict types: a wrong type or
-a missing field is ``-32602 Invalid params`` naming the path), the method
-listing ``rpc.discover`` (each method's JSON Schema generated from its
-Struct), and authorization (the caller's role and scopes are checked before
-the handler runs).
+Every method is declared once, in the wire contract
+(:mod:`wf.wire.contract`): its name, a msgspec ``Struct`` describing its
+parameters, its result and the access it requires. The :class:`Registry`
+holds the declarations the server must serve and attaches one async handler
+taking ``(params, caller)`` to each; it refuses a handler for a method that
+is not declared, and :meth:`Registry.check` (called when the server is
+built) refuses a declared method without a handler, so the contract and the
+server cannot drift. The declaration drives three things: parameter
+validation (``msgspec.convert`` with strict types: a wrong type or a missing
+field is ``-32602 Invalid params`` naming the path), the method listing
+``rpc.discover`` (each method's JSON Schema generated from its Struct), and
+authorization (the caller's role and scopes are checked before the handler
+runs).
 
 Batches are processed concurrently (``asyncio.gather``), which is how many
 lease completions in one HTTP request share one store commit. Notifications
@@ -27,14 +32,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Final, Generic, Literal, TypeVar
 
 import msgspec
 
 from wf.errors import Forbidden, InvalidArgument, WfError
 from wf.wire.bounds import invalid_params
+from wf.wire.methods import Access as Access
+from wf.wire.methods import MethodSpec
 
 log = logging.getLogger("wf.rpc")
 
@@ -46,9 +53,6 @@ INTERNAL_ERROR: Final = -32603
 
 BATCH_MAX: Final = 1_000
 """Most calls one batch may carry."""
-
-Access = Literal["worker", "read", "operate", "admin"]
-"""What a method needs: a worker credential, or an admin role at this level."""
 
 P = TypeVar("P", bound=msgspec.Struct)
 
@@ -91,35 +95,63 @@ def authorize(caller: Caller, access: Access, method: str) -> None:
     )
 
 
+class ContractMismatch(Exception):
+    """The server's handlers and the wire contract disagree: a bug, found at start."""
+
+
 @dataclass(frozen=True, slots=True)
 class Method(Generic[P]):
-    """One registered method."""
+    """One method the server serves: its declaration's fields and its handler.
+
+    The fields are copied from the declaration so that a call reads them directly."""
 
     name: str
+    """The JSON-RPC method name."""
     params: type[P]
+    """The parameter Struct calls are decoded into."""
     handler: Callable[[P, Caller], Awaitable[Any]]
+    """Runs a call whose parameters decoded and whose caller is authorized."""
     access: Access
+    """What the caller needs."""
     summary: str
+    """One line on what it does."""
+    spec: MethodSpec[P]
+    """The declaration it serves."""
 
 
-@dataclass(slots=True)
 class Registry:
-    """All methods of a server."""
+    """All methods of a server: the declarations it serves and their handlers."""
 
-    methods: dict[str, Method[Any]] = field(default_factory=dict)
+    def __init__(self, contract: Iterable[MethodSpec[Any]] = ()) -> None:
+        self.declared: dict[str, MethodSpec[Any]] = {}
+        """Every method the server must serve, by name."""
+        self.methods: dict[str, Method[Any]] = {}
+        """The methods with their handlers, by name."""
+        for spec in contract:
+            self.declare(spec)
 
-    def add(
-        self,
-        name: str,
-        params: type[P],
-        handler: Callable[[P, Caller], Awaitable[Any]],
-        *,
-        access: Access,
-        summary: str,
-    ) -> None:
-        """Register a method; names are unique."""
-        assert name not in self.methods, f"method {name} registered twice"
-        self.methods[name] = Method(name, params, handler, access, summary)
+    def declare(self, spec: MethodSpec[Any]) -> None:
+        """Add a method the server must serve (beyond the contract it was built with:
+        tests and extensions); names are unique."""
+        if spec.name in self.declared:
+            raise ContractMismatch(f"method {spec.name} is declared twice")
+        self.declared[spec.name] = spec
+
+    def handle(self, spec: MethodSpec[P], handler: Callable[[P, Caller], Awaitable[Any]]) -> None:
+        """Attach the handler of a declared method (once)."""
+        if self.declared.get(spec.name) is not spec:
+            raise ContractMismatch(f"a handler for {spec.name}, which is not declared")
+        if spec.name in self.methods:
+            raise ContractMismatch(f"method {spec.name} has two handlers")
+        self.methods[spec.name] = Method(
+            spec.name, spec.params, handler, spec.access, spec.summary, spec
+        )
+
+    def check(self) -> None:
+        """Raise :class:`ContractMismatch` unless every declared method has a handler."""
+        missing = sorted(set(self.declared) - set(self.methods))
+        if missing:
+            raise ContractMismatch(f"declared methods without a handler: {', '.join(missing)}")
 
     def describe(self) -> list[dict[str, Any]]:
         """The method listing: name, summary, access and parameter JSON Schema."""

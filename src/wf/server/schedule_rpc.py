@@ -1,11 +1,9 @@
 """``workflow.schedules.*`` JSON-RPC methods: the wire face of the schedules API.
 
-:class:`wf.schedules.api.ScheduleAPI` does the work; this module only decodes.
-
-Triggers travel as plain JSON objects so a bad one is answered by the
-schedules layer's own checks (``InvalidCronExpression``, ``InvalidTimezone``,
-``NaiveDatetime``, ``InvalidArgument`` naming the field), exactly as the
-Python API answers. On a server without schedules every method answers
+:class:`wf.schedules.api.ScheduleAPI` does the work; the methods' parameters
+and declarations are the wire contract's (:mod:`wf.wire.schedule_methods`,
+which says why triggers travel as plain JSON objects); this module attaches
+a handler to each. On a server without schedules every method answers
 :class:`~wf.errors.Conflict` saying how to enable them.
 """
 
@@ -14,127 +12,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from wf.errors import Conflict
 from wf.schedules.api import ScheduleAPI
 from wf.server.rpc import Caller, Registry
-from wf.wire.bounds import I64, Cursor, Id, Name, Text, check_json_value
-from wf.wire.paging import PAGE_LIMIT_DEFAULT, Limit
-
-
-class _Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    pass
-
-
-class CreateScheduleParams(_Params, frozen=True, kw_only=True):
-    """``workflow.schedules.create``."""
-
-    schedule_id: Id
-    """Caller-chosen id (never reused)."""
-    deployment_id: Id
-    """The deployment its occurrences run."""
-    trigger: dict[str, Any]
-    """``{"kind": "oneshot", "at": ...}`` or
-    ``{"kind": "cron", "expression": ..., "timezone": ...}``."""
-    inputs: dict[str, Any] | None = None
-    """Run inputs overlaid on the deployment's defaults."""
-    overlap: Name = "skip"
-    """``skip`` or ``parallel``."""
-    max_active_runs: I64 | None = None
-    """Required with ``parallel``."""
-    misfire: Name = "skip"
-    """``skip`` or ``latest``."""
-    max_steps: I64 | None = None
-    """Budget of node starts per run."""
-    note: Text | None = None
-    """Free text."""
-
-    def __post_init__(self) -> None:
-        """Bound the free-form trigger and inputs (depth, size, strings, integers)."""
-        check_json_value(self.trigger, "trigger")
-        check_json_value(self.inputs, "inputs")
-
-
-class ScheduleIdParams(_Params, frozen=True, kw_only=True):
-    """``workflow.schedules.get|resume|delete|trigger``."""
-
-    schedule_id: Id
-    """The schedule."""
-
-
-class ListSchedulesParams(_Params, frozen=True, kw_only=True):
-    """``workflow.schedules.list``."""
-
-    include_deleted: bool = False
-    """Also list deleted schedules."""
-    limit: Limit = PAGE_LIMIT_DEFAULT
-    """Page size, 1-100."""
-    cursor: Cursor | None = None
-    """``next_cursor`` of the previous page."""
-
-
-class UpdateScheduleParams(_Params, frozen=True, kw_only=True):
-    """``workflow.schedules.update``: only the given fields change (``null``: unchanged)."""
-
-    schedule_id: Id
-    """The schedule."""
-    expected_revision: I64
-    """The revision the edit is based on (required)."""
-    deployment_id: Id | None = None
-    """New deployment."""
-    trigger: dict[str, Any] | None = None
-    """New trigger."""
-    inputs: dict[str, Any] | None = None
-    """New inputs."""
-    overlap: Name | None = None
-    """New overlap policy."""
-    max_active_runs: I64 | None = None
-    """New limit."""
-    misfire: Name | None = None
-    """New misfire policy."""
-    max_steps: I64 | None = None
-    """New budget (cannot be cleared once set)."""
-    note: Text | None = None
-    """New note."""
-
-    def __post_init__(self) -> None:
-        """Bound the free-form trigger and inputs (depth, size, strings, integers)."""
-        check_json_value(self.trigger, "trigger")
-        check_json_value(self.inputs, "inputs")
-
-
-class PauseScheduleParams(_Params, frozen=True, kw_only=True):
-    """``workflow.schedules.pause``."""
-
-    schedule_id: Id
-    """The schedule."""
-    reason: Text | None = None
-    """Why (shown by get and list)."""
-
-
-class OccurrencesParams(_Params, frozen=True, kw_only=True):
-    """``workflow.schedules.occurrences.list``."""
-
-    schedule_id: Id
-    """The schedule."""
-    limit: Limit = PAGE_LIMIT_DEFAULT
-    """Page size, 1-100."""
-    cursor: Cursor | None = None
-    """``next_cursor`` of the previous page."""
-
-
-class PreviewParams(_Params, frozen=True, kw_only=True):
-    """``workflow.schedules.preview``."""
-
-    schedule_id: Id
-    """The schedule."""
-    count: I64 = 5
-    """How many instants, 1-100."""
+from wf.wire import schedule_methods as declared
+from wf.wire.schedule_methods import (
+    CreateScheduleParams,
+    ListSchedulesParams,
+    OccurrencesParams,
+    PauseScheduleParams,
+    PreviewParams,
+    ScheduleIdParams,
+    UpdateScheduleParams,
+)
 
 
 def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry: Registry) -> None:
-    """Add every ``workflow.schedules.*`` method (``api_of()`` is ``None`` when disabled)."""
+    """Attach a handler to every ``workflow.schedules.*`` method of the wire contract
+    (``api_of()`` is ``None`` when schedules are disabled)."""
 
     def api() -> ScheduleAPI:
         found = api_of()
@@ -202,24 +97,14 @@ def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry
     async def trigger(p: ScheduleIdParams, c: Caller) -> dict[str, Any]:
         return await api().trigger_schedule(p.schedule_id, caller=c)
 
-    add = registry.add
-    add("workflow.schedules.create", CreateScheduleParams, create, access="operate",
-        summary="Create a deployment schedule (caller-chosen id).")  # fmt: skip
-    add("workflow.schedules.get", ScheduleIdParams, get, access="read",
-        summary="A schedule's definition, state and counters.")  # fmt: skip
-    add("workflow.schedules.list", ListSchedulesParams, list_, access="read",
-        summary="A page of schedules by id (deleted only when asked).")  # fmt: skip
-    add("workflow.schedules.update", UpdateScheduleParams, update, access="operate",
-        summary="Change the given fields at expected_revision.")  # fmt: skip
-    add("workflow.schedules.pause", PauseScheduleParams, pause, access="operate",
-        summary="Stop future admission (idempotent).")  # fmt: skip
-    add("workflow.schedules.resume", ScheduleIdParams, resume, access="operate",
-        summary="Admit again from the next future instant (idempotent).")  # fmt: skip
-    add("workflow.schedules.delete", ScheduleIdParams, delete, access="operate",
-        summary="Soft delete: no admission; history stays.")  # fmt: skip
-    add("workflow.schedules.occurrences.list", OccurrencesParams, occurrences, access="read",
-        summary="A page of occurrences, oldest first, pending synthesized.")  # fmt: skip
-    add("workflow.schedules.preview", PreviewParams, preview, access="read",
-        summary="The next instants the trigger yields.")  # fmt: skip
-    add("workflow.schedules.trigger", ScheduleIdParams, trigger, access="operate",
-        summary="Start one manual run through the schedule's bindings now.")  # fmt: skip
+    handle = registry.handle
+    handle(declared.CREATE_SCHEDULE, create)
+    handle(declared.GET_SCHEDULE, get)
+    handle(declared.LIST_SCHEDULES, list_)
+    handle(declared.UPDATE_SCHEDULE, update)
+    handle(declared.PAUSE_SCHEDULE, pause)
+    handle(declared.RESUME_SCHEDULE, resume)
+    handle(declared.DELETE_SCHEDULE, delete)
+    handle(declared.LIST_OCCURRENCES, occurrences)
+    handle(declared.PREVIEW_SCHEDULE, preview)
+    handle(declared.TRIGGER_SCHEDULE, trigger)

@@ -6,7 +6,10 @@ Theory of operation
 node's command/outcome interface into calls that workers and operators make:
 register, heartbeat, long-poll, start, renew, complete, fail, shut down, and
 the admin reads and writes. Every state change goes through
-``node.execute``, so it is durable before the call returns.
+``node.execute``, so it is durable before the call returns. The methods'
+parameters, results and declarations are the wire contract's
+(:mod:`wf.wire.scheduler_methods`); :meth:`SchedulerAPI.register_methods`
+attaches a handler to each.
 
 Long polls: a worker's ``poll`` first takes any leases already granted to it
 (its *mailbox*), otherwise announces demand to the core and waits until a
@@ -68,7 +71,7 @@ import contextlib
 import heapq
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Annotated, Any, Final
+from typing import Any, Final
 
 import msgspec
 
@@ -80,7 +83,6 @@ from wf.scheduler.dispatcher import FINISHED_MEMORY_MAX
 from wf.scheduler.model import (
     TERMINAL_STATES,
     Activity,
-    ActivityState,
     HeartbeatStats,
     WorkerInfo,
 )
@@ -96,146 +98,42 @@ from wf.scheduler.outputs import (
 )
 from wf.server.rpc import Caller, Registry
 from wf.tenancy import require_namespace
-from wf.wire.bounds import (
-    Count,
-    Cursor,
-    Id,
-    Name,
-    NonNegI64,
-    Payload,
-    PositiveCount,
-    Text,
-    check_json_bytes,
-    check_name,
-    check_text,
-    invalid_params,
+from wf.wire import scheduler_methods as declared
+from wf.wire.bounds import check_json_bytes, check_name, check_text, invalid_params
+from wf.wire.methods import NoParams
+from wf.wire.paging import PAGE_LIMIT_DEFAULT, check_limit, decode_cursor, encode_cursor
+from wf.wire.scheduler import as_core
+from wf.wire.scheduler_methods import (
+    ActivityIdParams,
+    ActivityView,
+    CancelParams,
+    CompleteParams,
+    FailParams,
+    FencedParams,
+    HeartbeatParams,
+    HistoryParams,
+    ListWorkersParams,
+    PollParams,
+    PollResult,
+    QueueStats,
+    RegisterResult,
+    RegisterWorkerParams,
+    SubmitParams,
+    TransitionPage,
+    WorkerIdParams,
+    WorkerPage,
+    WorkerView,
 )
-from wf.wire.paging import (
-    PAGE_LIMIT_DEFAULT,
-    Limit,
-    check_limit,
-    decode_cursor,
-    encode_cursor,
-)
-from wf.wire.scheduler import WireActivity, as_core
 
 POLL_WAIT_MAX_S: Final = 60.0
 """Longest a long poll may wait."""
 MAILBOX_MAX: Final = 10_000
 """Most undelivered grants kept for one worker."""
-SUBMIT_BATCH_MAX: Final = 10_000
-"""Most activities one ``scheduler.activities.submit`` call may carry."""
 OWNER_LABEL: Final = "wf.credential"
 """Worker label naming the credential that registered it (set by the server only)."""
 _HISTORY: Final = "history"
 _WORKERS: Final = "workers"
 """Cursor kinds of ``scheduler.activities.history`` and ``scheduler.workers.list``."""
-
-
-# ------------------------------------------------------------------- params
-
-
-class RegisterWorkerParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``scheduler.workers.register``."""
-
-    info: WorkerInfo
-
-
-class HeartbeatParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``scheduler.workers.heartbeat``."""
-
-    worker_id: Id
-    stats: HeartbeatStats = msgspec.field(default_factory=HeartbeatStats)
-
-
-class PollParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``scheduler.workers.poll``."""
-
-    worker_id: Id
-    max_items: PositiveCount = 1
-    wait_s: float = 20.0
-    start: Count = 0
-    """How many of the leases the worker begins on receipt (see ``Poll.start``)."""
-
-
-class WorkerIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Methods that name one worker."""
-
-    worker_id: Id
-
-
-class FencedParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``scheduler.leases.start`` and ``scheduler.leases.renew``."""
-
-    activity_id: Id
-    token: NonNegI64
-
-
-class CompleteParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``scheduler.leases.complete``."""
-
-    activity_id: Id
-    token: NonNegI64
-    result: Payload = b""
-    """The result: empty, or one UTF-8 JSON document (see :mod:`wf.wire.bounds`)."""
-    unreported_start: bool = False
-    """The worker began without reporting the start (only for a grant with
-    ``may_restart``): the start is recorded with the result, in one commit."""
-
-
-class FailParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``scheduler.leases.fail``."""
-
-    activity_id: Id
-    token: NonNegI64
-    error_type: Name = "Error"
-    message: Text = ""
-    retryable: bool = True
-    unreported_start: bool = False
-    """As for ``scheduler.leases.complete``."""
-
-
-class SubmitParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``scheduler.activities.submit``."""
-
-    activities: Annotated[list[WireActivity], msgspec.Meta(max_length=SUBMIT_BATCH_MAX)]
-
-
-class ActivityIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Methods that name one activity."""
-
-    activity_id: Id
-
-
-class CancelParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``scheduler.activities.cancel``."""
-
-    activity_id: Id
-    reason: Text = "cancelled"
-
-
-class NoParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Methods without parameters."""
-
-
-class HistoryParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``scheduler.activities.history``."""
-
-    activity_id: Id
-    """The activity."""
-    limit: Limit = PAGE_LIMIT_DEFAULT
-    """Page size, 1-100."""
-    cursor: Cursor | None = None
-    """``next_cursor`` of the previous page."""
-
-
-class ListWorkersParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``scheduler.workers.list``."""
-
-    limit: Limit = PAGE_LIMIT_DEFAULT
-    """Page size, 1-100."""
-    cursor: Cursor | None = None
-    """``next_cursor`` of the previous page."""
 
 
 def _check_bounds(activities: list[Activity]) -> None:
@@ -244,76 +142,6 @@ def _check_bounds(activities: list[Activity]) -> None:
         msgspec.convert({"activities": msgspec.to_builtins(activities)}, SubmitParams, strict=False)
     except msgspec.ValidationError as exc:
         raise invalid_params(str(exc)) from None
-
-
-# ------------------------------------------------------------------ results
-
-
-class PollResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Leases for the worker, and revocations it must act on."""
-
-    leases: list[LeaseGranted]
-    revoked: list[LeaseRevoked]
-    traceparents: dict[str, str] = msgspec.field(default_factory=dict)
-    """Lease id -> W3C ``traceparent`` of its lease span (only when tracing is on)."""
-
-
-class RegisterResult(msgspec.Struct, frozen=True, kw_only=True):
-    """What a worker needs to know after registering."""
-
-    worker_id: str
-    lease_ttl_s: float
-    heartbeat_misses_max: int
-
-
-class ActivityView(msgspec.Struct, frozen=True, kw_only=True):
-    """An activity as admin reads show it."""
-
-    activity: Activity | None
-    """The live activity, or ``None`` once it finished."""
-    finished_state: ActivityState | None = None
-    """Its terminal state, when finished and still remembered."""
-
-
-class WorkerView(msgspec.Struct, frozen=True, kw_only=True):
-    """A worker as admin reads show it."""
-
-    info: WorkerInfo
-    status: str
-    registered_at: float
-    last_seen_at: float
-    leases: dict[str, int]
-    stats: HeartbeatStats
-
-
-class WorkerPage(msgspec.Struct, frozen=True, kw_only=True):
-    """One page of ``list_workers``."""
-
-    workers: list[WorkerView]
-    """Workers in registration order."""
-    next_cursor: str | None
-    """Pass back to get the next page; ``None`` on the last one."""
-
-
-class TransitionPage(msgspec.Struct, frozen=True, kw_only=True):
-    """One page of ``activity_history``."""
-
-    transitions: list[Transition]
-    """Transitions, oldest first."""
-    next_cursor: str | None
-    """Pass back to get the next page; ``None`` on the last one."""
-
-
-class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
-    """Queue and capacity figures."""
-
-    depth: int
-    depth_by_partition: dict[str, int]
-    running: int
-    capacity: int
-    delayed: int
-    backpressure: str
-    workers_active: int
 
 
 class SchedulerAPI:
@@ -808,7 +636,7 @@ class SchedulerAPI:
     # ------------------------------------------------------------ registration
 
     def register_methods(self, registry: Registry) -> None:
-        """Add every ``scheduler.*`` method to a JSON-RPC registry."""
+        """Attach a handler to every ``scheduler.*`` method of the wire contract."""
 
         async def register(p: RegisterWorkerParams, c: Caller) -> RegisterResult:
             return await self.register_worker(p.info, c)
@@ -866,35 +694,21 @@ class SchedulerAPI:
         async def stats(p: NoParams, c: Caller) -> QueueStats:
             return await self.queue_stats(c)
 
-        add = registry.add
-        add("scheduler.workers.register", RegisterWorkerParams, register, access="worker",
-            summary="Register a worker or renew its registration.")  # fmt: skip
-        add("scheduler.workers.heartbeat", HeartbeatParams, heartbeat, access="worker",
-            summary="Heartbeat; returns lease revocations to act on.")  # fmt: skip
-        add("scheduler.workers.poll", PollParams, poll, access="worker",
-            summary="Long-poll for up to max_items leases.")  # fmt: skip
-        add("scheduler.workers.shutdown", WorkerIdParams, shutdown, access="worker",
-            summary="Graceful shutdown: unstarted leases return to the queue.")  # fmt: skip
-        add("scheduler.leases.start", FencedParams, start, access="worker",
-            summary="Report that a leased activity started executing.")  # fmt: skip
-        add("scheduler.leases.renew", FencedParams, renew, access="worker",
-            summary="Renew a lease (fenced by its token).")  # fmt: skip
-        add("scheduler.leases.complete", CompleteParams, complete, access="worker",
-            summary="Complete a leased activity with its result (fenced).")  # fmt: skip
-        add("scheduler.leases.fail", FailParams, fail, access="worker",
-            summary="Report a failed attempt (fenced).")  # fmt: skip
-        add("scheduler.activities.submit", SubmitParams, submit, access="operate",
-            summary="Submit activities.")  # fmt: skip
-        add("scheduler.activities.cancel", CancelParams, cancel, access="operate",
-            summary="Cancel an unfinished activity.")  # fmt: skip
-        add("scheduler.activities.get", ActivityIdParams, get, access="read",
-            summary="An activity's current state.")  # fmt: skip
-        add("scheduler.activities.history", HistoryParams, history, access="read",
-            summary="A page of an activity's transitions, oldest first.")  # fmt: skip
-        add("scheduler.workers.list", ListWorkersParams, workers, access="read",
-            summary="A page of workers with their leases and heartbeat figures.")  # fmt: skip
-        add("scheduler.queue.stats", NoParams, stats, access="read",
-            summary="Queue depth, capacity and backpressure level.")  # fmt: skip
+        handle = registry.handle
+        handle(declared.REGISTER_WORKER, register)
+        handle(declared.HEARTBEAT, heartbeat)
+        handle(declared.POLL, poll)
+        handle(declared.SHUTDOWN_WORKER, shutdown)
+        handle(declared.START_ACTIVITY, start)
+        handle(declared.RENEW_LEASE, renew)
+        handle(declared.COMPLETE_ACTIVITY, complete)
+        handle(declared.FAIL_ACTIVITY, fail)
+        handle(declared.SUBMIT_ACTIVITIES, submit)
+        handle(declared.CANCEL_ACTIVITY, cancel)
+        handle(declared.GET_ACTIVITY, get)
+        handle(declared.ACTIVITY_HISTORY, history)
+        handle(declared.LIST_WORKERS, workers)
+        handle(declared.QUEUE_STATS, stats)
 
 
 def _bound(caller: Caller) -> bool:

@@ -1,4 +1,5 @@
-"""Durable state: one Store protocol, SQLite (embedded default) and PostgreSQL backends."""
+"""Durable state: the Journal and Catalog ports (:mod:`wf.store.protocol`), SQLite
+(embedded default) and PostgreSQL backends."""
 
 from __future__ import annotations
 

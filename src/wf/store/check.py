@@ -201,7 +201,7 @@ SCANS: Final = (
         "ORDER BY schedule_id, instant",
     ),
 )
-"""Every table ``check`` decodes beyond the core's own (activities, workers, crons,
+"""Every table ``check`` decodes beyond the core's own (activities and workers,
 which the backends already scan with their load decoders), in an order where a
 record's references come before it."""
 

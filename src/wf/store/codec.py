@@ -9,9 +9,9 @@ follow one rule the core also keeps: ``worker_id`` and ``lease_expires_at``
 describe the *current* lease, so they are cleared whenever the activity is
 not leased or executing (the history keeps who held it).
 
-Blobs (an activity's submission, a worker's registration, a cron template)
-are msgpack, decoded with msgspec into the same types the core uses, so a
-malformed blob is caught by type validation and reported, never guessed at.
+Blobs (an activity's submission, a worker's registration) are msgpack,
+decoded with msgspec into the same types the core uses, so a malformed blob
+is caught by type validation and reported, never guessed at.
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ from wf.errors import Internal
 from wf.scheduler.model import Activity, ActivityState, WorkerInfo
 from wf.scheduler.outputs import (
     ActivitySubmitted,
-    CronRemoved,
-    CronUpserted,
     LeaseRenewed,
     Record,
     Transition,
@@ -175,22 +173,6 @@ def plan_writes(records: Iterable[Record]) -> tuple[list[Step], dict[str, int]]:
                 worker_seq = r.seq
         elif type(r) is WorkerRemoved:
             steps.append(("delete_worker", {"worker_id": r.worker_id}))
-        elif type(r) is CronUpserted:
-            steps.append(
-                (
-                    "upsert_cron",
-                    {
-                        "cron_id": r.cron_id,
-                        "expression": r.expression,
-                        "timezone": r.timezone,
-                        "next_fire_at": r.next_fire_at,
-                        "template": encode(r.template),
-                        "at": r.at,
-                    },
-                )
-            )
-        elif type(r) is CronRemoved:
-            steps.append(("delete_cron", {"cron_id": r.cron_id}))
         else:  # pragma: no cover - the Record union is closed
             raise Internal(f"no storage rule for record {type(r).__name__}")
     counters = {
@@ -207,15 +189,13 @@ _FAMILY: Final[dict[str, int]] = {
     "renew_lease": 1,
     "upsert_worker": 2,
     "delete_worker": 2,
-    "upsert_cron": 3,
-    "delete_cron": 3,
-    "insert_transition": 4,
+    "insert_transition": 3,
 }
 """Query -> family. Families touch disjoint rows, so only the order inside one
 family matters: activity inserts (each precedes its own updates), activity
 updates (a renewal matches the token the last transition set), workers (a
-removal and a later registration of one id), crons
-(an upsert and a delete of one id), and the history (its ids are its order)."""
+removal and a later registration of one id), and the history (its ids are its
+order)."""
 
 
 def group_steps(steps: Sequence[Step]) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -261,10 +241,15 @@ def queries() -> dict[str, str]:
 _PARAM = re.compile(r"(?<!:):(\w+)")
 
 
+def postgres_style(sql: str) -> str:
+    """``sql`` with psycopg's ``%(name)s`` parameters in place of ``:name``."""
+    return _PARAM.sub(r"%(\1)s", sql)
+
+
 @cache
 def postgres_queries() -> dict[str, str]:
     """The same queries with psycopg's ``%(name)s`` parameters."""
-    return {name: _PARAM.sub(r"%(\1)s", sql) for name, sql in queries().items()}
+    return {name: postgres_style(sql) for name, sql in queries().items()}
 
 
 def migrations(backend: str) -> list[tuple[int, str, str]]:

@@ -12,8 +12,9 @@ never rows shipped to Python to be thrown away.
 
 The functions here check the page arguments, which are the store's own
 contract (a limit of 0 to :data:`STORE_PAGE_ROWS_MAX`, keys a column can
-hold), and return ``(sql, params)``; :mod:`wf.store.sqlite` and
-:mod:`wf.store.postgres` only run them and decode the rows.
+hold), and return the page's :class:`~wf.store.query.Query`, the same for
+both dialects; the read bodies of :mod:`wf.store.catalog` yield it and decode
+the rows.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from wf.errors import CorruptRecord, Internal, InvalidArgument
+from wf.errors import CorruptRecord, InvalidArgument
 from wf.scheduler.outputs import Transition
-from wf.store import codec, rows
+from wf.store import rows
+from wf.store.query import Query
 
 STORE_PAGE_ROWS_MAX: Final = 1_000
 """Most rows one page read returns (list methods ask for ``limit + 1`` of at most 101)."""
 TENANT_FILTER_MAX: Final = 1_000
 """Most tenants one page filter names (a credential's tenant set)."""
-_FILTERS_MARK: Final = "/* filters */"
 _I64_MAX: Final = 2**63 - 1
 
 
@@ -52,19 +53,14 @@ def _check_after(after: object, field: str, kind: type) -> Any:
     return after
 
 
-def _named(name: str, postgres: bool) -> str:
-    return (codec.postgres_queries() if postgres else codec.queries())[name]
-
-
 def schedules_page(
     *,
-    postgres: bool,
     after: str,
     limit: int,
     include_deleted: bool,
     tenants: Sequence[str] | None,
-) -> tuple[str, dict[str, Any]] | None:
-    """``select_schedules_page`` with its filters, and its parameters; ``None`` when an
+) -> Query | None:
+    """``select_schedules_page`` with its filters and parameters; ``None`` when an
     empty tenant list leaves nothing to match."""
     params: dict[str, Any] = {
         "after": _check_after(after, "after", str),
@@ -86,27 +82,21 @@ def schedules_page(
             )
         if not tenants:
             return None
-        mark = "%({})s".format if postgres else ":{}".format
         names = [f"tenant_{i}" for i in range(len(tenants))]
-        clauses.append(f"tenant IN ({', '.join(mark(n) for n in names)})")
+        clauses.append(f"tenant IN ({', '.join(f':{n}' for n in names)})")
         params.update(zip(names, tenants, strict=True))
-    template = _named("select_schedules_page", postgres)
-    if template.count(_FILTERS_MARK) != 1:
-        raise Internal(f"select_schedules_page must hold {_FILTERS_MARK!r} once")
-    filters = "".join(f" AND {clause}" for clause in clauses)
-    return template.replace(_FILTERS_MARK, filters), params
+    return Query("select_schedules_page", params, tuple(clauses))
 
 
 def artifacts_page(
     *,
-    postgres: bool,
     after: tuple[str, int] | None,
     artifact_id: str | None,
     limit: int,
-) -> tuple[str, dict[str, Any]]:
+) -> Query:
     """``select_artifacts_page`` (every artifact, after ``(artifact_id, version)``) or
     ``select_artifact_versions_page`` (one artifact's versions after ``after``'s version),
-    and the parameters."""
+    with the parameters."""
     after_id, after_version = after if after is not None else ("", 0)
     params: dict[str, Any] = {
         "after_id": _check_after(after_id, "after", str),
@@ -114,30 +104,28 @@ def artifacts_page(
         "limit": check_page_limit(limit),
     }
     if artifact_id is None:
-        return _named("select_artifacts_page", postgres), params
+        return Query("select_artifacts_page", params)
     params["artifact_id"] = _check_after(artifact_id, "artifact_id", str)
     if after is not None and after_id != artifact_id:
         raise InvalidArgument("the page key names another artifact", field="after")
     del params["after_id"]
-    return _named("select_artifact_versions_page", postgres), params
+    return Query("select_artifact_versions_page", params)
 
 
-def deployments_page(*, postgres: bool, after: str, limit: int) -> tuple[str, dict[str, Any]]:
-    """``select_deployments_page`` and its parameters."""
+def deployments_page(*, after: str, limit: int) -> Query:
+    """``select_deployments_page`` with its parameters."""
     params = {"after": _check_after(after, "after", str), "limit": check_page_limit(limit)}
-    return _named("select_deployments_page", postgres), params
+    return Query("select_deployments_page", params)
 
 
-def history_page(
-    *, postgres: bool, activity_id: str, after: int, limit: int
-) -> tuple[str, dict[str, Any]]:
-    """``select_history_page`` and its parameters."""
+def history_page(*, activity_id: str, after: int, limit: int) -> Query:
+    """``select_history_page`` with its parameters."""
     params = {
         "activity_id": _check_after(activity_id, "activity_id", str),
         "after": _check_after(after, "after", int),
         "limit": check_page_limit(limit),
     }
-    return _named("select_history_page", postgres), params
+    return Query("select_history_page", params)
 
 
 def positioned_transition(row: Sequence[Any]) -> tuple[int, Transition]:

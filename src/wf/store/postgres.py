@@ -29,7 +29,10 @@ doubt, so the transaction id fetched before the commit is looked up with
 
 *Catalog writes* (artifacts, deployments, runs, schedules) run as their own short
 transaction on the writer's session, under the writer lock, between group
-commits; their reads use the pool.
+commits; their reads use the pool. The operations themselves are the
+transaction bodies of :mod:`wf.store.catalog`, written once for both stores;
+this module only drives them (:meth:`PostgresStore._run_write`,
+:meth:`PostgresStore._run_read`).
 
 *Ownership.* :meth:`acquire_ownership` takes a session-level
 ``pg_try_advisory_lock`` (key derived from the schema name) on the writer's
@@ -80,7 +83,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 import msgspec
 import psycopg
@@ -97,22 +100,16 @@ from wf.errors import (
     StoreUnavailable,
 )
 from wf.scheduler.model import TERMINAL_STATES, Activity, ActivityState
-from wf.scheduler.outputs import Record, Transition
+from wf.scheduler.outputs import Record
 from wf.store import check as checks
-from wf.store import codec, pages, rows
-from wf.store.protocol import (
-    ArtifactRow,
-    DeploymentRow,
-    Diagnostic,
-    OccurrenceRow,
-    OwnerInfo,
-    RunRow,
-    ScheduleRow,
-    StoredState,
-)
+from wf.store import codec, rows
+from wf.store.catalog import DrivenCatalog
+from wf.store.protocol import Diagnostic, OwnerInfo, StoredState
+from wf.store.query import Body, Query, Result, first, sql_of
 
 Conn: TypeAlias = psycopg.AsyncConnection[tuple[Any, ...]]
 _Phase: TypeAlias = Literal["new", "opening", "open", "closing", "closed"]
+_T = TypeVar("_T")
 
 WRITE_BATCH_STEPS_MAX: Final = 20_000
 """Most SQL steps in one group-commit transaction (one append is never split)."""
@@ -259,7 +256,7 @@ class _CommitFailed(Exception):
         self.resend = resend
 
 
-class PostgresStore:
+class PostgresStore(DrivenCatalog):
     """The :class:`~wf.store.protocol.Store` on PostgreSQL (see the module docstring)."""
 
     def __init__(
@@ -900,278 +897,39 @@ class PostgresStore:
                 pass
         await self._drop_writer()
 
-    async def put_artifact(self, row: ArtifactRow) -> ArtifactRow:
-        """Insert an artifact version; same content is idempotent, other content
-        raises AlreadyExists (see the protocol)."""
-        q = codec.postgres_queries()
+    async def _run_write(self, body: Body[_T]) -> _T:
+        """Run a catalog write body (:mod:`wf.store.catalog`) in one fenced catalog
+        transaction on the writer's session (:meth:`_catalog_tx`)."""
+        step = first(body)
+        if isinstance(step, tuple):
+            return step[0]
         async with self._catalog_tx() as conn:
-            cur = await conn.execute(q["insert_artifact"], rows.artifact_params(row))
-            if cur.rowcount == 1:
-                return row
-            cur = await conn.execute(
-                q["select_artifact"], {"artifact_id": row.artifact_id, "version": row.version}
-            )
-            found = await cur.fetchone()
-            if found is None:  # pragma: no cover - the conflicting row is visible
-                raise Internal("artifact insert conflicted but no row was found")
-            existing = rows.artifact_from_row(found)
-            if existing.content_hash != row.content_hash:
-                raise rows.artifact_exists_elsewise(existing, row)
-            return existing
+            result = await _execute(conn, step)
+            while True:
+                try:
+                    step = body.send(result)
+                except StopIteration as stop:
+                    value: _T = stop.value
+                    return value
+                result = await _execute(conn, step)
 
-    async def get_artifact(
-        self, artifact_id: str, version: int | None = None
-    ) -> ArtifactRow | None:
-        """One artifact version (``None``: the highest), or ``None``."""
+    async def _run_read(self, body: Body[_T]) -> _T:
+        """Run a catalog read body on a pooled session: its one query in autocommit (one
+        statement is its own snapshot), the rows decoded once the session is back."""
         self._require_open()
-        q = codec.postgres_queries()
+        step = first(body)
+        if isinstance(step, tuple):
+            return step[0]
         async with self._reading() as conn:
-            if version is None:
-                cur = await conn.execute(q["select_latest_artifact"], {"artifact_id": artifact_id})
-            else:
-                cur = await conn.execute(
-                    q["select_artifact"], {"artifact_id": artifact_id, "version": version}
-                )
-            found = await cur.fetchone()
-        return None if found is None else rows.artifact_from_row(found)
-
-    async def list_artifacts(self, artifact_id: str | None = None) -> list[ArtifactRow]:
-        """Every version of ``artifact_id`` (or of every artifact), by id then version."""
-        self._require_open()
-        q = codec.postgres_queries()
-        async with self._reading() as conn:
-            if artifact_id is None:
-                cur = await conn.execute(q["select_artifacts"])
-            else:
-                cur = await conn.execute(
-                    q["select_artifact_versions"], {"artifact_id": artifact_id}
-                )
-            fetched = await cur.fetchall()
-        return [rows.artifact_from_row(r) for r in fetched]
-
-    async def artifacts_page(
-        self,
-        *,
-        after: tuple[str, int] | None = None,
-        artifact_id: str | None = None,
-        limit: int = 100,
-    ) -> list[ArtifactRow]:
-        """Up to ``limit`` artifact versions after the key ``after`` (see the protocol)."""
-        query = pages.artifacts_page(
-            postgres=True, after=after, artifact_id=artifact_id, limit=limit
-        )
-        return [rows.artifact_from_row(r) for r in await self._page(*query)]
-
-    async def put_deployment(self, row: DeploymentRow, *, expected_revision: int) -> None:
-        """Store a deployment's next revision if it is still at ``expected_revision``."""
-        rows.check_deployment_revision(row, expected_revision)
-        q = codec.postgres_queries()
-        params = rows.deployment_params(row, expected_revision)
-        name = "insert_deployment" if expected_revision == 0 else "update_deployment"
-        if name == "insert_deployment":
-            del params["expected_revision"]
-        async with self._catalog_tx() as conn:
-            cur = await conn.execute(q[name], params)
-            if cur.rowcount == 1:
-                return
-            cur = await conn.execute(
-                "SELECT revision FROM deployments WHERE deployment_id = %s", [row.deployment_id]
-            )
-            found = await cur.fetchone()
-            raise rows.revision_conflict(
-                row, expected_revision, 0 if found is None else int(found[0])
-            )
-
-    async def get_deployment(self, deployment_id: str) -> DeploymentRow | None:
-        """One deployment, or ``None``."""
-        self._require_open()
-        async with self._reading() as conn:
-            cur = await conn.execute(
-                codec.postgres_queries()["select_deployment"], {"deployment_id": deployment_id}
-            )
-            found = await cur.fetchone()
-        return None if found is None else rows.deployment_from_row(found)
-
-    async def list_deployments(self) -> list[DeploymentRow]:
-        """Every deployment, by id."""
-        self._require_open()
-        async with self._reading() as conn:
-            cur = await conn.execute(codec.postgres_queries()["select_deployments"])
-            fetched = await cur.fetchall()
-        return [rows.deployment_from_row(r) for r in fetched]
-
-    async def deployments_page(self, *, after: str = "", limit: int = 100) -> list[DeploymentRow]:
-        """Up to ``limit`` deployments after the id ``after``, by id."""
-        query = pages.deployments_page(postgres=True, after=after, limit=limit)
-        return [rows.deployment_from_row(r) for r in await self._page(*query)]
-
-    # -- runs -------------------------------------------------------------
-
-    async def insert_run(self, row: RunRow) -> RunRow:
-        """Store a new run under the next ``run_seq`` number (see the protocol)."""
-        async with self._catalog_tx() as conn:
-            stored = await _insert_run(conn, row)
-        return stored
-
-    async def update_run(self, row: RunRow, *, expected_revision: int) -> None:
-        """Store a run's next revision if it is still at ``expected_revision``."""
-        rows.check_run_revision(row, expected_revision)
-        q = codec.postgres_queries()
-        params = rows.run_update_params(row, expected_revision)
-        async with self._catalog_tx() as conn:
-            cur = await conn.execute(q["update_run"], params)
-            if cur.rowcount == 1:
-                return
-            cur = await conn.execute(q["select_run_revision"], {"run_id": row.run_id})
-            found = await cur.fetchone()
-            if found is None:
-                raise rows.run_not_found(row.run_id)
-            raise rows.run_revision_conflict(row, expected_revision, int(found[0]))
-
-    async def get_run(self, run_id: str) -> RunRow | None:
-        """One run, or ``None``."""
-        self._require_open()
-        async with self._reading() as conn:
-            cur = await conn.execute(codec.postgres_queries()["select_run"], {"run_id": run_id})
-            found = await cur.fetchone()
-        return None if found is None else rows.run_from_row(found)
-
-    async def list_runs(
-        self,
-        *,
-        after_seq: int = 0,
-        limit: int = 100,
-        deployment_id: str | None = None,
-        schedule_id: str | None = None,
-        statuses: Sequence[str] | None = None,
-        tenants: Sequence[str] | None = None,
-    ) -> list[RunRow]:
-        """Up to ``limit`` runs after ``after_seq`` matching every filter, oldest first."""
-        self._require_open()
-        query = rows.list_runs_query(
-            postgres=True,
-            after_seq=after_seq,
-            limit=limit,
-            deployment_id=deployment_id,
-            schedule_id=schedule_id,
-            statuses=statuses,
-            tenants=tenants,
-        )
-        if query is None:
-            return []
-        sql, params = query
-        async with self._reading() as conn:
-            cur = await conn.execute(sql, params)
-            fetched = await cur.fetchall()
-        return [rows.run_from_row(r) for r in fetched]
-
-    async def live_runs(self) -> list[RunRow]:
-        """Every run whose status is live, oldest first."""
-        self._require_open()
-        async with self._reading() as conn:
-            cur = await conn.execute(codec.postgres_queries()["select_live_runs"])
-            fetched = await cur.fetchall()
-        return [rows.run_from_row(r) for r in fetched]
-
-    # -- schedules --------------------------------------------------------
-
-    async def put_schedule(self, row: ScheduleRow, *, expected_revision: int) -> None:
-        """Create (``expected_revision`` 0) or update a schedule under optimistic
-        concurrency (see the protocol)."""
-        rows.check_schedule_revision(row, expected_revision)
-        async with self._catalog_tx() as conn:
-            if expected_revision == 0:
-                cur = await conn.execute(
-                    codec.postgres_queries()["insert_schedule"], rows.schedule_params(row)
-                )
-                if cur.rowcount != 1:
-                    raise rows.schedule_exists(row.schedule_id)
-                return
-            await _update_schedule(conn, row, expected_revision)
-
-    async def get_schedule(self, schedule_id: str) -> ScheduleRow | None:
-        """One schedule (deleted ones included), or ``None``."""
-        self._require_open()
-        async with self._reading() as conn:
-            cur = await conn.execute(
-                codec.postgres_queries()["select_schedule"], {"schedule_id": schedule_id}
-            )
-            found = await cur.fetchone()
-        return None if found is None else rows.schedule_from_row(found)
-
-    async def list_schedules(self, *, include_deleted: bool = False) -> list[ScheduleRow]:
-        """Every schedule by id (deleted ones only when asked)."""
-        self._require_open()
-        name = "select_all_schedules" if include_deleted else "select_schedules"
-        async with self._reading() as conn:
-            cur = await conn.execute(codec.postgres_queries()[name])
-            fetched = await cur.fetchall()
-        return [rows.schedule_from_row(r) for r in fetched]
-
-    async def schedules_page(
-        self,
-        *,
-        after: str = "",
-        limit: int = 100,
-        include_deleted: bool = False,
-        tenants: Sequence[str] | None = None,
-    ) -> list[ScheduleRow]:
-        """Up to ``limit`` schedules after the id ``after``, by id, filtered in SQL."""
-        query = pages.schedules_page(
-            postgres=True,
-            after=after,
-            limit=limit,
-            include_deleted=include_deleted,
-            tenants=tenants,
-        )
-        if query is None:
-            return []
-        return [rows.schedule_from_row(r) for r in await self._page(*query)]
-
-    async def record_occurrences(
-        self,
-        schedule: ScheduleRow,
-        *,
-        expected_revision: int,
-        occurrences: Sequence[OccurrenceRow],
-        run: RunRow | None = None,
-    ) -> RunRow | None:
-        """Update the schedule, insert the occurrences and (optionally) the run, in one
-        transaction (see the protocol)."""
-        to_insert = rows.check_occurrences(schedule, expected_revision, occurrences, run)
-        q = codec.postgres_queries()
-        async with self._catalog_tx() as conn:
-            # The schedule row stays locked until commit: a concurrent record of the
-            # same schedule waits, then finds the revision moved (Conflict).
-            await _update_schedule(conn, schedule, expected_revision)
-            stored = None if to_insert is None else await _insert_run(conn, to_insert)
-            for occurrence in occurrences:
-                cur = await conn.execute(
-                    q["insert_occurrence"], rows.occurrence_params(occurrence, stored)
-                )
-                if cur.rowcount != 1:
-                    raise rows.occurrence_exists(occurrence)
-        return stored
-
-    async def list_occurrences(
-        self, schedule_id: str, *, after_instant: float | None = None, limit: int = 100
-    ) -> list[OccurrenceRow]:
-        """Up to ``limit`` occurrences after ``after_instant``, oldest first."""
-        self._require_open()
-        params = rows.occurrence_page_params(schedule_id, after_instant, limit)
-        async with self._reading() as conn:
-            cur = await conn.execute(codec.postgres_queries()["select_occurrences"], params)
-            fetched = await cur.fetchall()
-        return [rows.occurrence_from_row(r) for r in fetched]
+            result = await _execute(conn, step)
+        try:
+            body.send(result)
+        except StopIteration as stop:
+            value: _T = stop.value
+            return value
+        raise Internal(f"read body {step.name!r} asked for a second query (reads are one)")
 
     # -- reads ------------------------------------------------------------
-
-    async def _page(self, sql: str, params: dict[str, Any]) -> list[Any]:
-        """One page query's rows (at most ``pages.STORE_PAGE_ROWS_MAX``)."""
-        self._require_open()
-        async with self._reading() as conn:
-            cur = await conn.execute(sql, params)
-            return await cur.fetchall()
 
     @asynccontextmanager
     async def _reading(self) -> AsyncIterator[Conn]:
@@ -1200,8 +958,6 @@ class PostgresStore:
             finished = _finished(await cur.fetchall(), diagnostics)
             cur = await conn.execute(queries["select_workers"], binary=True)
             workers = rows.decode_all(await cur.fetchall(), rows.worker_from_row, diagnostics)
-            cur = await conn.execute(queries["select_crons"], binary=True)
-            crons = rows.decode_all(await cur.fetchall(), rows.cron_from_row, diagnostics)
         return StoredState(
             seq=counters["seq"],
             token=counters["token"],
@@ -1209,7 +965,6 @@ class PostgresStore:
             activities=activities,
             finished=finished,
             workers=workers,
-            crons=crons,
             diagnostics=diagnostics,
         )
 
@@ -1243,23 +998,6 @@ class PostgresStore:
                 found.update(str(r[0]) for r in await cur.fetchall())
         return found
 
-    async def history(self, activity_id: str) -> list[Transition]:
-        """The activity's transitions, oldest first."""
-        self._require_open()
-        async with self._reading() as conn:
-            cur = await conn.execute(
-                codec.postgres_queries()["select_history"], {"activity_id": activity_id}
-            )
-            fetched = await cur.fetchall()
-        return [rows.transition_from_row(row) for row in fetched]
-
-    async def history_page(
-        self, activity_id: str, *, after: int = 0, limit: int = 100
-    ) -> list[tuple[int, Transition]]:
-        """Up to ``limit`` of the activity's transitions after position ``after``."""
-        query = pages.history_page(postgres=True, activity_id=activity_id, after=after, limit=limit)
-        return [pages.positioned_transition(r) for r in await self._page(*query)]
-
     async def check(self, bodies: checks.BodyDecoders | None = None) -> list[Diagnostic]:
         """Every contradiction in the stored records, and every row of every table read
         and decoded (catalog bodies by ``bodies``; see :mod:`wf.store.check`): a table
@@ -1280,8 +1018,6 @@ class PostgresStore:
             await self._scan_activities(conn, _SELECT_ALL_ACTIVITIES, found)
             cur = await conn.execute(queries["select_workers"], binary=True)
             rows.decode_all(await cur.fetchall(), rows.worker_from_row, found)
-            cur = await conn.execute(queries["select_crons"], binary=True)
-            rows.decode_all(await cur.fetchall(), rows.cron_from_row, found)
             for scan in checks.SCANS:
                 await _scan_table(conn, scan, record)
         return found
@@ -1416,35 +1152,11 @@ def _decode_one(spec: bytes) -> Activity | None:
         return None
 
 
-async def _insert_run(conn: Conn, row: RunRow) -> RunRow:
-    """Number and insert a run inside the caller's catalog transaction (``insert_run``,
-    ``record_occurrences``): the counter moves with the insert or not at all."""
-    q = codec.postgres_queries()
-    # The counter row stays locked until commit: concurrent inserts (from any
-    # session) take numbers one after another.
-    cur = await conn.execute(q["next_run_seq"])
-    found = await cur.fetchone()
-    if found is None:
-        raise CorruptRecord("counter 'run_seq' is missing", table="counters", key="run_seq")
-    stored = rows.numbered_run(row, int(found[0]))
-    await conn.execute(q["insert_run"], rows.run_params(stored))
-    return stored
-
-
-async def _update_schedule(conn: Conn, row: ScheduleRow, expected_revision: int) -> None:
-    """A schedule's compare-and-set update inside the caller's catalog transaction; why
-    it matched nothing is NotFound or Conflict."""
-    q = codec.postgres_queries()
-    cur = await conn.execute(
-        q["update_schedule"], rows.schedule_update_params(row, expected_revision)
-    )
-    if cur.rowcount == 1:
-        return
-    cur = await conn.execute(q["select_schedule_revision"], {"schedule_id": row.schedule_id})
-    found = await cur.fetchone()
-    if found is None:
-        raise rows.schedule_not_found(row.schedule_id)
-    raise rows.schedule_revision_conflict(row, expected_revision, int(found[0]))
+async def _execute(conn: Conn, query: Query) -> Result:
+    """One query of a catalog body, on the session of the body's transaction."""
+    cur = await conn.execute(sql_of(query, "postgres"), query.params)
+    fetched = await cur.fetchall() if cur.description is not None else []
+    return Result(fetched, cur.rowcount)
 
 
 def _settle(group: list[_Append], error: StoreUnavailable | None) -> None:

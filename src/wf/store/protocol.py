@@ -1,9 +1,17 @@
-"""The store port: one protocol, two backends (SQLite embedded, PostgreSQL shared).
+"""The store's two ports, Journal and Catalog, and two backends (SQLite, PostgreSQL).
 
 Theory of operation
 -------------------
+The store serves two masters through two ports. The :class:`Journal` is the
+scheduler node's: the core's records, recovery's load, ownership and the write
+fences. The :class:`Catalog` is the runtime's and the schedules layer's:
+artifacts, deployments, runs, schedules and occurrences. Both read the
+activities' history (:class:`History`). Each backend implements both
+(:class:`Store`), and each caller is typed with the one it needs, so the node
+never touches a run and the runtime never appends a record.
+
 The scheduler core returns *records* (``wf.scheduler.outputs.Record``) for
-every state change. The shell hands them to :meth:`Store.append` and tells
+every state change. The shell hands them to :meth:`Journal.append` and tells
 nobody about the change until that call returns: a returned ``append`` means
 the records are committed durably, in order, all or nothing. Backends batch
 concurrent appends into one transaction (group commit), so throughput comes
@@ -11,20 +19,22 @@ from batching, never from weaker durability.
 
 The durable state is deliberately small: activities (the submission plus
 lifecycle columns), the append-only transition history, workers'
-registrations and statuses, cron entries, and the core's counters. Anything
+registrations and statuses, and the core's counters. Anything
 else in the core (rate-limiter buckets, backpressure level, heartbeat
-figures, poll demand) is soft state that recovery rebuilds. :meth:`Store.load`
-returns exactly what :func:`wf.store.loader.build_snapshot` needs to rebuild
-the core as it stood at the last committed record.
+figures, poll demand) is soft state that recovery rebuilds. :meth:`Journal.load`
+returns those rows decoded: exactly what the core's
+:func:`~wf.scheduler.recovery.snapshot_from_durable` needs (through
+:func:`wf.store.loader.build_snapshot`) to rebuild itself as it stood at the last
+committed record.
 
-Exactly one scheduler owns a store at a time: :meth:`Store.acquire_ownership`
+Exactly one scheduler owns a store at a time: :meth:`Journal.acquire_ownership`
 takes an OS file lock (SQLite, ``<store_root>/scheduler.lock``) or a
 PostgreSQL advisory lock, and a second owner is refused with
 :class:`~wf.errors.OwnershipConflict` naming the holder.
 
 The lock decides who is active; whether a write may commit is decided inside
 the write's own transaction. PostgreSQL keeps an ownership *epoch* (raised by
-every :meth:`Store.acquire_ownership`) and a commit sequence (raised by every
+every :meth:`Journal.acquire_ownership`) and a commit sequence (raised by every
 committed write transaction, journal and catalog alike); an owner's write
 commits only if both are still what that owner last saw, so an owner whose
 session was replaced writes again only after proving nobody wrote in between,
@@ -78,16 +88,6 @@ class StoredWorker(msgspec.Struct, frozen=True, kw_only=True):
     """When the row was last written; for a failed or gone worker, its departure."""
 
 
-class StoredCron(msgspec.Struct, frozen=True, kw_only=True):
-    """A cron row."""
-
-    cron_id: str
-    expression: str
-    timezone: str
-    next_fire_at: float
-    template: Activity
-
-
 class Diagnostic(msgspec.Struct, frozen=True, kw_only=True):
     """A stored record that failed validation (fail closed)."""
 
@@ -120,8 +120,6 @@ class StoredState(msgspec.Struct, kw_only=True):
     """The most recently finished activities (oldest first), for late-call answers."""
     workers: list[StoredWorker]
     """Every worker, in ``seq`` order."""
-    crons: list[StoredCron]
-    """Every cron entry, by id."""
     diagnostics: list[Diagnostic]
     """Corrupt or contradictory records found while loading."""
 
@@ -155,7 +153,7 @@ class DeploymentRow(msgspec.Struct, frozen=True, kw_only=True):
 
 
 RUN_LIVE_STATUSES: Final = ("admitted", "running", "interrupted")
-"""Run statuses that are not final (:meth:`Store.live_runs` returns these)."""
+"""Run statuses that are not final (:meth:`Catalog.live_runs` returns these)."""
 
 
 class RunRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,7 +162,7 @@ class RunRow(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str
     """``run-000001`` style: ``run-`` and ``seq`` zero-padded to at least six digits."""
     seq: int
-    """The run's number; assigned by :meth:`Store.insert_run`, never reused."""
+    """The run's number; assigned by :meth:`Catalog.insert_run`, never reused."""
     deployment_id: str
     """The deployment it runs."""
     tenant: str
@@ -222,9 +220,35 @@ class OccurrenceRow(msgspec.Struct, frozen=True, kw_only=True):
     """When it was recorded."""
 
 
-class Store(Protocol):
-    """The persistence port. Every method is a coroutine; none may be called before
-    :meth:`open` or after :meth:`close`."""
+class History(Protocol):
+    """Read-only questions about the journal's activities, asked by the node and by the
+    runtime alike (a run's trace, whether an id was ever used). Every method is a
+    coroutine; none may be called before :meth:`Journal.open` or after
+    :meth:`Journal.close`."""
+
+    async def existing_activity_ids(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` were ever stored (ids are never reused)."""
+        ...
+
+    async def history(self, activity_id: str) -> list[Transition]:
+        """The activity's transitions, oldest first (append-only audit trail)."""
+        ...
+
+    async def history_page(
+        self, activity_id: str, *, after: int = 0, limit: int = 100
+    ) -> list[tuple[int, Transition]]:
+        """Up to ``limit`` (0-1,000) of the activity's transitions whose position is
+        greater than ``after``, oldest first, each with its position (a number the store
+        assigned, growing with every appended transition: the page key). Reads through
+        an index: the cost is the page's, not the history's."""
+        ...
+
+
+class Journal(History, Protocol):
+    """The scheduler node's port: the core's durable records (append, load), the
+    store's lifecycle, ownership and the write fences, and the whole-store check.
+    Every method is a coroutine; none may be called before :meth:`open` or after
+    :meth:`close`."""
 
     async def open(self) -> None:
         """Connect and apply pending migrations.
@@ -303,23 +327,6 @@ class Store(Protocol):
         """The durable state as of the last committed append (see module docstring)."""
         ...
 
-    async def existing_activity_ids(self, ids: Sequence[str]) -> set[str]:
-        """Which of ``ids`` were ever stored (ids are never reused)."""
-        ...
-
-    async def history(self, activity_id: str) -> list[Transition]:
-        """The activity's transitions, oldest first (append-only audit trail)."""
-        ...
-
-    async def history_page(
-        self, activity_id: str, *, after: int = 0, limit: int = 100
-    ) -> list[tuple[int, Transition]]:
-        """Up to ``limit`` (0-1,000) of the activity's transitions whose position is
-        greater than ``after``, oldest first, each with its position (a number the store
-        assigned, growing with every appended transition: the page key). Reads through
-        an index: the cost is the page's, not the history's."""
-        ...
-
     async def check(self, bodies: BodyDecoders | None = None) -> list[Diagnostic]:
         """Integrity check: every contradiction in the stored records, the database's
         own integrity check, and every record of every table decoded (catalog bodies
@@ -327,11 +334,19 @@ class Store(Protocol):
         is reported (``damaged``), not raised."""
         ...
 
-    # -- runtime catalog: artifacts and deployments (docs/workflows.md) --------
-    # Catalog writes run in their own short transactions on the backend's write
-    # path; they are independent of ``append`` (neither waits for nor fences the
-    # other) because no core record is computed from them. Both pass PostgreSQL's
-    # ownership fence (see the module docstring): a lost fence refuses them alike.
+
+class Catalog(History, Protocol):
+    """The runtime's and the schedules layer's port: artifacts, deployments, runs,
+    schedules and occurrences, and their pages (docs/workflows.md, docs/schedules.md).
+
+    Catalog writes run in their own short transactions on the backend's write
+    path; they are independent of :meth:`Journal.append` (neither waits for nor
+    fences the other) because no core record is computed from them. Both pass
+    PostgreSQL's ownership fence (see the module docstring): a lost fence refuses
+    them alike. Each operation is written once, as a transaction body in
+    :mod:`wf.store.catalog` that the backends only drive."""
+
+    # -- artifacts and deployments ---------------------------------------------
 
     async def put_artifact(self, row: ArtifactRow) -> ArtifactRow:
         """Store an artifact version; returns the stored row.
@@ -501,3 +516,9 @@ class Store(Protocol):
         """Up to ``limit`` occurrences of a schedule with ``instant > after_instant``,
         oldest first."""
         ...
+
+
+class Store(Journal, Catalog, Protocol):
+    """Both ports: what each backend implements, and what tooling that owns the whole
+    store (``wf store``, tests) is given. Callers take the port they need: the node a
+    :class:`Journal`, the runtime and the schedules layer a :class:`Catalog`."""

@@ -16,13 +16,12 @@ the caller leaves it out (fail closed) and reports it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias, TypeVar
 
 import msgspec
 
-from wf.errors import AlreadyExists, Conflict, CorruptRecord, Internal, InvalidArgument, NotFound
+from wf.errors import CorruptRecord
 from wf.scheduler.model import Activity, ActivityState, WorkerStatus
 from wf.scheduler.outputs import Transition
 from wf.store import codec
@@ -33,7 +32,6 @@ from wf.store.protocol import (
     OccurrenceRow,
     RunRow,
     ScheduleRow,
-    StoredCron,
     StoredWorker,
 )
 
@@ -104,21 +102,6 @@ def worker_from_row(row: Row) -> StoredWorker | Diagnostic:
         status=worker_status,
         registered_at=registered_at,
         updated_at=updated_at,
-    )
-
-
-def cron_from_row(row: Row) -> StoredCron | Diagnostic:
-    cron_id, expression, timezone, next_fire_at, template = row
-    try:
-        decoded = codec.activity_decoder.decode(template)
-    except _DECODE_ERRORS as exc:
-        return _malformed("crons", cron_id, "cannot decode template", exc, None)
-    return StoredCron(
-        cron_id=cron_id,
-        expression=expression,
-        timezone=timezone,
-        next_fire_at=next_fire_at,
-        template=decoded,
     )
 
 
@@ -327,134 +310,7 @@ def deployment_from_row(row: Sequence[Any]) -> DeploymentRow:
     )
 
 
-def artifact_params(row: ArtifactRow) -> dict[str, Any]:
-    """``insert_artifact`` parameters."""
-    return {
-        "artifact_id": row.artifact_id,
-        "version": row.version,
-        "plan": row.plan,
-        "content_hash": row.content_hash,
-        "created_at": row.created_at,
-    }
-
-
-def deployment_params(row: DeploymentRow, expected_revision: int) -> dict[str, Any]:
-    """``insert_deployment`` / ``update_deployment`` parameters."""
-    return {
-        "deployment_id": row.deployment_id,
-        "body": row.body,
-        "revision": row.revision,
-        "updated_at": row.updated_at,
-        "expected_revision": expected_revision,
-    }
-
-
-def check_deployment_revision(row: DeploymentRow, expected_revision: int) -> None:
-    """Refuse a ``put_deployment`` whose revisions do not follow (a caller bug)."""
-    if expected_revision < 0 or row.revision != expected_revision + 1:
-        raise InvalidArgument(
-            f"deployment {row.deployment_id!r}: revision {row.revision} does not follow "
-            f"expected revision {expected_revision}",
-            deployment_id=row.deployment_id,
-            field="revision",
-        )
-
-
-def artifact_exists_elsewise(existing: ArtifactRow, row: ArtifactRow) -> AlreadyExists:
-    """The refusal of a version re-created with other content."""
-    return AlreadyExists(
-        f"artifact {row.artifact_id!r} version {row.version} already exists with other "
-        f"content ({existing.content_hash}, not {row.content_hash})",
-        artifact_id=row.artifact_id,
-        version=row.version,
-        content_hash=existing.content_hash,
-    )
-
-
-def revision_conflict(row: DeploymentRow, expected: int, current: int) -> Conflict:
-    """The refusal of a deployment save based on a stale revision."""
-    what = "does not exist" if current == 0 else f"is at revision {current}"
-    return Conflict(
-        f"deployment {row.deployment_id!r} {what}, not at the expected revision {expected}",
-        deployment_id=row.deployment_id,
-        expected_revision=expected,
-        current_revision=current,
-    )
-
-
 # ------------------------------------------------------------------- runs
-
-RUN_FILTER_VALUES_MAX: Final = 1_000
-"""Most statuses or tenants one ``list_runs`` call may filter by (one bound
-parameter each)."""
-_RUN_FILTERS_MARK: Final = "/* filters */"
-"""Where ``select_runs`` takes its filters."""
-
-
-def run_id_for(seq: int) -> str:
-    """The id of run number ``seq``: ``run-`` and the number, at least six digits."""
-    if seq < 1:
-        raise Internal(f"run numbers start at 1, not {seq}")
-    return f"run-{seq:06d}"
-
-
-def numbered_run(row: RunRow, seq: int) -> RunRow:
-    """``row`` as ``insert_run`` stores it: number ``seq``, its id, revision 1."""
-    return msgspec.structs.replace(row, seq=seq, run_id=run_id_for(seq), revision=1)
-
-
-def run_params(row: RunRow) -> dict[str, Any]:
-    """``insert_run`` parameters (of a row from :func:`numbered_run`)."""
-    return {
-        "run_id": row.run_id,
-        "seq": row.seq,
-        "deployment_id": row.deployment_id,
-        "tenant": row.tenant,
-        "status": row.status,
-        "schedule_id": row.schedule_id,
-        "body": row.body,
-        "created_at": row.created_at,
-        "updated_at": row.updated_at,
-    }
-
-
-def run_update_params(row: RunRow, expected_revision: int) -> dict[str, Any]:
-    """``update_run`` parameters: only the mutable columns and the key."""
-    return {
-        "run_id": row.run_id,
-        "status": row.status,
-        "body": row.body,
-        "revision": row.revision,
-        "updated_at": row.updated_at,
-        "expected_revision": expected_revision,
-    }
-
-
-def check_run_revision(row: RunRow, expected_revision: int) -> None:
-    """Refuse an ``update_run`` whose revisions do not follow (a caller bug); runs
-    start at revision 1, so ``expected_revision`` is at least 1."""
-    if expected_revision < 1 or row.revision != expected_revision + 1:
-        raise InvalidArgument(
-            f"run {row.run_id!r}: revision {row.revision} does not follow "
-            f"expected revision {expected_revision}",
-            run_id=row.run_id,
-            field="revision",
-        )
-
-
-def run_revision_conflict(row: RunRow, expected: int, current: int) -> Conflict:
-    """The refusal of a run update based on a stale revision."""
-    return Conflict(
-        f"run {row.run_id!r} is at revision {current}, not at the expected revision {expected}",
-        run_id=row.run_id,
-        expected_revision=expected,
-        current_revision=current,
-    )
-
-
-def run_not_found(run_id: str) -> NotFound:
-    """The refusal of an update to a run that does not exist."""
-    return NotFound(f"run {run_id!r} does not exist", run_id=run_id)
 
 
 def run_from_row(row: Sequence[Any]) -> RunRow:
@@ -492,56 +348,6 @@ def run_from_row(row: Sequence[Any]) -> RunRow:
     )
 
 
-def list_runs_query(
-    *,
-    postgres: bool,
-    after_seq: int,
-    limit: int,
-    deployment_id: str | None,
-    schedule_id: str | None,
-    statuses: Sequence[str] | None,
-    tenants: Sequence[str] | None,
-) -> tuple[str, dict[str, Any]] | None:
-    """``select_runs`` narrowed by the given filters, and its parameters; ``None`` if
-    an empty status or tenant list leaves nothing to match.
-
-    The SQL added is fixed text per filter (a column test, one generated
-    placeholder name per list item); every value is a bound parameter, so no
-    input ever reaches the statement text.
-    """
-    if limit < 0:
-        raise InvalidArgument(f"limit must not be negative, not {limit}", field="limit")
-    mark = "%({})s".format if postgres else ":{}".format
-    clauses: list[str] = []
-    params: dict[str, Any] = {"after_seq": after_seq, "limit": limit}
-    for column, value in (("deployment_id", deployment_id), ("schedule_id", schedule_id)):
-        if value is not None:
-            clauses.append(f"{column} = {mark(column)}")
-            params[column] = value
-    for column, field, values in (("status", "statuses", statuses), ("tenant", "tenants", tenants)):
-        if values is None:
-            continue
-        if (
-            isinstance(values, str)
-            or len(values) > RUN_FILTER_VALUES_MAX
-            or not all(type(v) is str for v in values)
-        ):
-            raise InvalidArgument(
-                f"{column} filter must be a list of at most {RUN_FILTER_VALUES_MAX} strings",
-                field=field,
-            )
-        if not values:
-            return None
-        names = [f"{column}_{i}" for i in range(len(values))]
-        clauses.append(f"{column} IN ({', '.join(mark(n) for n in names)})")
-        params.update(zip(names, values, strict=True))
-    template = (codec.postgres_queries() if postgres else codec.queries())["select_runs"]
-    if template.count(_RUN_FILTERS_MARK) != 1:
-        raise Internal(f"select_runs must hold {_RUN_FILTERS_MARK!r} once")
-    filters = "".join(f" AND {clause}" for clause in clauses)
-    return template.replace(_RUN_FILTERS_MARK, filters), params
-
-
 # -------------------------------------------------------------- schedules
 
 SCHEDULE_STATUSES: Final = ("active", "paused", "deleted")
@@ -555,74 +361,6 @@ OCCURRENCE_STATUSES: Final = (
     "preflight-rejected",
 )
 """Occurrence statuses (the ``occurrences.status`` CHECK lists the same)."""
-
-
-def check_schedule_revision(row: ScheduleRow, expected_revision: int) -> None:
-    """Refuse a schedule write whose revisions do not follow or whose status is
-    unknown (a caller bug)."""
-    if expected_revision < 0 or row.revision != expected_revision + 1:
-        raise InvalidArgument(
-            f"schedule {row.schedule_id!r}: revision {row.revision} does not follow "
-            f"expected revision {expected_revision}",
-            schedule_id=row.schedule_id,
-            field="revision",
-        )
-    if row.status not in SCHEDULE_STATUSES:
-        raise InvalidArgument(
-            f"schedule {row.schedule_id!r}: status {row.status!r} is not one of "
-            f"{', '.join(SCHEDULE_STATUSES)}",
-            schedule_id=row.schedule_id,
-            field="status",
-        )
-
-
-def schedule_params(row: ScheduleRow) -> dict[str, Any]:
-    """``insert_schedule`` parameters (the stored revision is 1)."""
-    return {
-        "schedule_id": row.schedule_id,
-        "tenant": row.tenant,
-        "deployment_id": row.deployment_id,
-        "status": row.status,
-        "body": row.body,
-        "created_at": row.created_at,
-        "updated_at": row.updated_at,
-    }
-
-
-def schedule_update_params(row: ScheduleRow, expected_revision: int) -> dict[str, Any]:
-    """``update_schedule`` parameters: only the mutable columns and the key."""
-    return {
-        "schedule_id": row.schedule_id,
-        "status": row.status,
-        "body": row.body,
-        "revision": row.revision,
-        "updated_at": row.updated_at,
-        "expected_revision": expected_revision,
-    }
-
-
-def schedule_exists(schedule_id: str) -> AlreadyExists:
-    """The refusal of a create whose id is taken (ids are never reused)."""
-    return AlreadyExists(
-        f"schedule {schedule_id!r} already exists (schedule ids are never reused)",
-        schedule_id=schedule_id,
-    )
-
-
-def schedule_not_found(schedule_id: str) -> NotFound:
-    """The refusal of an update to a schedule that does not exist."""
-    return NotFound(f"schedule {schedule_id!r} does not exist", schedule_id=schedule_id)
-
-
-def schedule_revision_conflict(row: ScheduleRow, expected: int, current: int) -> Conflict:
-    """The refusal of a schedule write based on a stale revision."""
-    return Conflict(
-        f"schedule {row.schedule_id!r} is at revision {current}, not at the expected "
-        f"revision {expected}",
-        schedule_id=row.schedule_id,
-        expected_revision=expected,
-        current_revision=current,
-    )
 
 
 def schedule_from_row(row: Sequence[Any]) -> ScheduleRow:
@@ -656,108 +394,6 @@ def schedule_from_row(row: Sequence[Any]) -> ScheduleRow:
         created_at=created_at,
         updated_at=updated_at,
     )
-
-
-def check_occurrences(
-    schedule: ScheduleRow,
-    expected_revision: int,
-    occurrences: Sequence[OccurrenceRow],
-    run: RunRow | None,
-) -> RunRow | None:
-    """Refuse a ``record_occurrences`` call that breaks its contract (a caller bug:
-    :class:`~wf.errors.InvalidArgument`); returns the run to insert, its
-    ``schedule_id`` set to the schedule's.
-
-    The schedule must already exist (``expected_revision`` at least 1). Every
-    occurrence belongs to ``schedule``, has a known status and a finite instant,
-    and leaves ``run_id`` to the store. With a run exactly one occurrence is
-    ``admitted`` (it gets the run's id); without one none is.
-    """
-    sid = schedule.schedule_id
-    if expected_revision < 1:
-        raise InvalidArgument(
-            f"schedule {sid!r}: occurrences are recorded on an existing schedule "
-            f"(expected revision {expected_revision})",
-            schedule_id=sid,
-            field="expected_revision",
-        )
-    check_schedule_revision(schedule, expected_revision)
-    for occurrence in occurrences:
-        problem = _occurrence_problem(sid, occurrence)
-        if problem is not None:
-            raise InvalidArgument(
-                f"schedule {sid!r}: occurrence at {occurrence.instant!r} {problem}",
-                schedule_id=sid,
-                field="occurrences",
-            )
-    admitted = sum(o.status == "admitted" for o in occurrences)
-    if admitted != (0 if run is None else 1):
-        raise InvalidArgument(
-            f"schedule {sid!r}: {admitted} admitted occurrences "
-            + ("without a run (none may be)" if run is None else "with a run (one must be)"),
-            schedule_id=sid,
-            field="occurrences",
-        )
-    if run is None:
-        return None
-    if run.schedule_id not in (None, sid):
-        raise InvalidArgument(
-            f"schedule {sid!r}: its run names schedule {run.schedule_id!r}",
-            schedule_id=sid,
-            field="run",
-        )
-    return msgspec.structs.replace(run, schedule_id=sid)
-
-
-def _occurrence_problem(schedule_id: str, occurrence: OccurrenceRow) -> str | None:
-    """What is wrong with one occurrence handed to ``record_occurrences``, if anything."""
-    instant: object = occurrence.instant
-    if occurrence.schedule_id != schedule_id:
-        return f"belongs to schedule {occurrence.schedule_id!r}"
-    if occurrence.status not in OCCURRENCE_STATUSES:
-        return f"has an unknown status {occurrence.status!r}"
-    if type(instant) not in (int, float) or not math.isfinite(occurrence.instant):
-        return "needs a finite instant"
-    if occurrence.run_id is not None:
-        return "names a run (the store fills run_id in)"
-    return None
-
-
-def occurrence_params(occurrence: OccurrenceRow, run: RunRow | None) -> dict[str, Any]:
-    """``insert_occurrence`` parameters; the admitted occurrence takes ``run``'s id
-    (``run`` as the store numbered it)."""
-    return {
-        "schedule_id": occurrence.schedule_id,
-        "instant": float(occurrence.instant),
-        "status": occurrence.status,
-        "run_id": run.run_id if run is not None and occurrence.status == "admitted" else None,
-        "detail": occurrence.detail,
-        "recorded_at": occurrence.recorded_at,
-    }
-
-
-def occurrence_exists(occurrence: OccurrenceRow) -> AlreadyExists:
-    """The refusal of an occurrence recorded twice (``(schedule_id, instant)`` is unique)."""
-    return AlreadyExists(
-        f"schedule {occurrence.schedule_id!r} already has an occurrence at {occurrence.instant!r}",
-        schedule_id=occurrence.schedule_id,
-        instant=occurrence.instant,
-    )
-
-
-def occurrence_page_params(
-    schedule_id: str, after_instant: float | None, limit: int
-) -> dict[str, Any]:
-    """``select_occurrences`` parameters (no ``after_instant``: from the first one)."""
-    if limit < 0:
-        raise InvalidArgument(f"limit must not be negative, not {limit}", field="limit")
-    if after_instant is not None and math.isnan(after_instant):
-        raise InvalidArgument("after_instant must be a number, not NaN", field="after_instant")
-    return {
-        "schedule_id": schedule_id,
-        "after_instant": -math.inf if after_instant is None else float(after_instant),
-        "limit": limit,
-    }
 
 
 def occurrence_from_row(row: Sequence[Any]) -> OccurrenceRow:

@@ -7,8 +7,10 @@ Layout
     <store_root>/
       scheduler.db       scheduler state (WAL mode; -wal and -shm files beside it)
       scheduler.lock     ownership lock (flock) holding the owner as JSON
-      schedules/         schedule data (deployment schedules, later issues)
-      runs/              run data (runtime, later issues)
+
+Nothing else: the runtime's and the schedules' data (artifacts, deployments,
+runs, schedules, occurrences) are tables of ``scheduler.db``, so that one
+transaction can cover a schedule, its occurrence and its run.
 
 Theory of operation
 -------------------
@@ -55,7 +57,10 @@ it stays about one interval of commits long.
 *Catalog writes* (artifacts, deployments, runs, schedules) go through the same writer
 thread as their own short ``BEGIN IMMEDIATE`` transaction, queued between
 group commits; they neither wait for nor set the append fence, because no
-core record is computed from them.
+core record is computed from them. The operations themselves are the
+transaction bodies of :mod:`wf.store.catalog`, written once for both stores;
+this module only drives them (:meth:`SQLiteStore._run_write`,
+:meth:`SQLiteStore._run_read`).
 
 *Durability.* ``durability="fsync"`` (the default) sets
 ``synchronous=FULL``: every commit fsyncs the WAL before ``append``
@@ -100,6 +105,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import operator
 import os
 import queue
@@ -108,36 +114,27 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
 from wf.errors import CorruptRecord, NotFound, OwnershipLost, StoreUnavailable, WfError
 from wf.scheduler.model import TERMINAL_STATES, Activity, ActivityState
-from wf.scheduler.outputs import Record, Transition
+from wf.scheduler.outputs import Record
 from wf.store import check as checks
-from wf.store import codec, pages, rows
+from wf.store import codec, rows
+from wf.store.catalog import DrivenCatalog
 from wf.store.lock import FileOwnershipLock
-from wf.store.protocol import (
-    ArtifactRow,
-    DeploymentRow,
-    Diagnostic,
-    OccurrenceRow,
-    OwnerInfo,
-    RunRow,
-    ScheduleRow,
-    StoredCron,
-    StoredState,
-    StoredWorker,
-)
+from wf.store.protocol import Diagnostic, OwnerInfo, StoredState, StoredWorker
+from wf.store.query import Body, Query, Result, finish, first, sql_of
+
+_T = TypeVar("_T")
 
 Durability = Literal["fsync", "process"]
 """``fsync``: survives power loss; ``process``: survives a process crash only."""
 
 DB_NAME: Final = "scheduler.db"
 LOCK_NAME: Final = "scheduler.lock"
-SCHEDULES_DIR: Final = "schedules"
-RUNS_DIR: Final = "runs"
 
 BATCH_STEPS_MAX: Final = 50_000
 """Most SQL steps one group commit takes (one append larger than this commits alone)."""
@@ -247,7 +244,7 @@ class _ClearFence:
         self.loop = loop
 
 
-class SQLiteStore:
+class SQLiteStore(DrivenCatalog):
     """The :class:`~wf.store.protocol.Store` over SQLite in ``store_root``."""
 
     def __init__(
@@ -379,9 +376,6 @@ class SQLiteStore:
                 f"no store at {self.root}: it holds no {DB_NAME}", path=str(self.db_path)
             )
         self._inspect()
-        if self.create:
-            for folder in (self.root / SCHEDULES_DIR, self.root / RUNS_DIR):
-                folder.mkdir(exist_ok=True)
         write = self._connect()
         read: sqlite3.Connection | None = None
         try:
@@ -807,292 +801,29 @@ class SQLiteStore:
         self._queue.put(_Call(fn, future, loop))
         return await asyncio.shield(future)
 
-    async def put_artifact(self, row: ArtifactRow) -> ArtifactRow:
-        """Insert an artifact version; same content is idempotent, other content
-        raises AlreadyExists (see the protocol)."""
-        q = codec.queries()
-
-        def run(conn: sqlite3.Connection) -> ArtifactRow:
-            if conn.execute(q["insert_artifact"], rows.artifact_params(row)).rowcount == 1:
-                return row
-            found = conn.execute(
-                q["select_artifact"], {"artifact_id": row.artifact_id, "version": row.version}
-            ).fetchone()
-            existing = rows.artifact_from_row(found)
-            if existing.content_hash != row.content_hash:
-                raise rows.artifact_exists_elsewise(existing, row)
-            return existing
-
-        stored: ArtifactRow = await self._write_tx(run)
-        return stored
-
-    async def get_artifact(
-        self, artifact_id: str, version: int | None = None
-    ) -> ArtifactRow | None:
-        """One artifact version (``None``: the highest), or ``None``."""
-        q = codec.queries()
-
-        def run(conn: sqlite3.Connection) -> ArtifactRow | None:
-            if version is None:
-                found = conn.execute(
-                    q["select_latest_artifact"], {"artifact_id": artifact_id}
-                ).fetchone()
-            else:
-                found = conn.execute(
-                    q["select_artifact"], {"artifact_id": artifact_id, "version": version}
-                ).fetchone()
-            return None if found is None else rows.artifact_from_row(found)
-
-        result: ArtifactRow | None = await self._reading(run)
-        return result
-
-    async def list_artifacts(self, artifact_id: str | None = None) -> list[ArtifactRow]:
-        """Every version of ``artifact_id`` (or of every artifact), by id then version."""
-        q = codec.queries()
-
-        def run(conn: sqlite3.Connection) -> list[ArtifactRow]:
-            if artifact_id is None:
-                cursor = conn.execute(q["select_artifacts"])
-            else:
-                cursor = conn.execute(q["select_artifact_versions"], {"artifact_id": artifact_id})
-            return [rows.artifact_from_row(r) for r in cursor.fetchall()]
-
-        result: list[ArtifactRow] = await self._reading(run)
-        return result
-
-    async def artifacts_page(
-        self,
-        *,
-        after: tuple[str, int] | None = None,
-        artifact_id: str | None = None,
-        limit: int = 100,
-    ) -> list[ArtifactRow]:
-        """Up to ``limit`` artifact versions after the key ``after`` (see the protocol)."""
-        sql, params = pages.artifacts_page(
-            postgres=False, after=after, artifact_id=artifact_id, limit=limit
+    async def _run_write(self, body: Body[_T]) -> _T:
+        """Run a catalog write body (:mod:`wf.store.catalog`) in one ``BEGIN IMMEDIATE``
+        transaction on the writer thread's connection, queued between group commits."""
+        step = first(body)
+        if isinstance(step, tuple):
+            return step[0]
+        pending: Query = step
+        result: _T = await self._write_tx(
+            lambda conn: finish(body, pending, functools.partial(_execute, conn))
         )
-        result: list[ArtifactRow] = await self._page(sql, params, rows.artifact_from_row)
         return result
 
-    async def put_deployment(self, row: DeploymentRow, *, expected_revision: int) -> None:
-        """Store a deployment's next revision if it is still at ``expected_revision``."""
-        rows.check_deployment_revision(row, expected_revision)
-        q = codec.queries()
-        params = rows.deployment_params(row, expected_revision)
-
-        def run(conn: sqlite3.Connection) -> None:
-            name = "insert_deployment" if expected_revision == 0 else "update_deployment"
-            if name == "insert_deployment":
-                del params["expected_revision"]
-            if conn.execute(q[name], params).rowcount == 1:
-                return
-            found = conn.execute(
-                "SELECT revision FROM deployments WHERE deployment_id = ?", (row.deployment_id,)
-            ).fetchone()
-            raise rows.revision_conflict(row, expected_revision, 0 if found is None else found[0])
-
-        await self._write_tx(run)
-
-    async def get_deployment(self, deployment_id: str) -> DeploymentRow | None:
-        """One deployment, or ``None``."""
-        q = codec.queries()
-
-        def run(conn: sqlite3.Connection) -> DeploymentRow | None:
-            found = conn.execute(
-                q["select_deployment"], {"deployment_id": deployment_id}
-            ).fetchone()
-            return None if found is None else rows.deployment_from_row(found)
-
-        result: DeploymentRow | None = await self._reading(run)
-        return result
-
-    async def list_deployments(self) -> list[DeploymentRow]:
-        """Every deployment, by id."""
-        q = codec.queries()
-
-        def run(conn: sqlite3.Connection) -> list[DeploymentRow]:
-            return [rows.deployment_from_row(r) for r in conn.execute(q["select_deployments"])]
-
-        result: list[DeploymentRow] = await self._reading(run)
-        return result
-
-    async def deployments_page(self, *, after: str = "", limit: int = 100) -> list[DeploymentRow]:
-        """Up to ``limit`` deployments after the id ``after``, by id."""
-        sql, params = pages.deployments_page(postgres=False, after=after, limit=limit)
-        result: list[DeploymentRow] = await self._page(sql, params, rows.deployment_from_row)
-        return result
-
-    # ------------------------------------------------------------------ runs
-
-    async def insert_run(self, row: RunRow) -> RunRow:
-        """Store a new run under the next ``run_seq`` number (see the protocol)."""
-        stored: RunRow = await self._write_tx(lambda conn: _insert_run(conn, row))
-        return stored
-
-    async def update_run(self, row: RunRow, *, expected_revision: int) -> None:
-        """Store a run's next revision if it is still at ``expected_revision``."""
-        rows.check_run_revision(row, expected_revision)
-        q = codec.queries()
-        params = rows.run_update_params(row, expected_revision)
-
-        def run(conn: sqlite3.Connection) -> None:
-            if conn.execute(q["update_run"], params).rowcount == 1:
-                return
-            found = conn.execute(q["select_run_revision"], {"run_id": row.run_id}).fetchone()
-            if found is None:
-                raise rows.run_not_found(row.run_id)
-            raise rows.run_revision_conflict(row, expected_revision, found[0])
-
-        await self._write_tx(run)
-
-    async def get_run(self, run_id: str) -> RunRow | None:
-        """One run, or ``None``."""
-        q = codec.queries()
-
-        def run(conn: sqlite3.Connection) -> RunRow | None:
-            found = conn.execute(q["select_run"], {"run_id": run_id}).fetchone()
-            return None if found is None else rows.run_from_row(found)
-
-        result: RunRow | None = await self._reading(run)
-        return result
-
-    async def list_runs(
-        self,
-        *,
-        after_seq: int = 0,
-        limit: int = 100,
-        deployment_id: str | None = None,
-        schedule_id: str | None = None,
-        statuses: Sequence[str] | None = None,
-        tenants: Sequence[str] | None = None,
-    ) -> list[RunRow]:
-        """Up to ``limit`` runs after ``after_seq`` matching every filter, oldest first."""
-        query = rows.list_runs_query(
-            postgres=False,
-            after_seq=after_seq,
-            limit=limit,
-            deployment_id=deployment_id,
-            schedule_id=schedule_id,
-            statuses=statuses,
-            tenants=tenants,
+    async def _run_read(self, body: Body[_T]) -> _T:
+        """Run a catalog read body in one read transaction on the reading thread (rows are
+        decoded there too: a page is at most ``pages.STORE_PAGE_ROWS_MAX`` rows, so the
+        loop never waits on a big read)."""
+        step = first(body)
+        if isinstance(step, tuple):
+            return step[0]
+        pending: Query = step
+        result: _T = await self._reading(
+            lambda conn: finish(body, pending, functools.partial(_execute, conn))
         )
-        if query is None:
-            return []
-        sql, params = query
-
-        def run(conn: sqlite3.Connection) -> list[RunRow]:
-            return [rows.run_from_row(r) for r in conn.execute(sql, params)]
-
-        result: list[RunRow] = await self._reading(run)
-        return result
-
-    async def live_runs(self) -> list[RunRow]:
-        """Every run whose status is live, oldest first."""
-        q = codec.queries()
-
-        def run(conn: sqlite3.Connection) -> list[RunRow]:
-            return [rows.run_from_row(r) for r in conn.execute(q["select_live_runs"])]
-
-        result: list[RunRow] = await self._reading(run)
-        return result
-
-    # ------------------------------------------------------------- schedules
-
-    async def put_schedule(self, row: ScheduleRow, *, expected_revision: int) -> None:
-        """Create (``expected_revision`` 0) or update a schedule under optimistic
-        concurrency (see the protocol)."""
-        rows.check_schedule_revision(row, expected_revision)
-
-        def run(conn: sqlite3.Connection) -> None:
-            if expected_revision == 0:
-                params = rows.schedule_params(row)
-                if conn.execute(codec.queries()["insert_schedule"], params).rowcount != 1:
-                    raise rows.schedule_exists(row.schedule_id)
-                return
-            _update_schedule(conn, row, expected_revision)
-
-        await self._write_tx(run)
-
-    async def get_schedule(self, schedule_id: str) -> ScheduleRow | None:
-        """One schedule (deleted ones included), or ``None``."""
-        q = codec.queries()
-
-        def run(conn: sqlite3.Connection) -> ScheduleRow | None:
-            found = conn.execute(q["select_schedule"], {"schedule_id": schedule_id}).fetchone()
-            return None if found is None else rows.schedule_from_row(found)
-
-        result: ScheduleRow | None = await self._reading(run)
-        return result
-
-    async def list_schedules(self, *, include_deleted: bool = False) -> list[ScheduleRow]:
-        """Every schedule by id (deleted ones only when asked)."""
-        sql = codec.queries()["select_all_schedules" if include_deleted else "select_schedules"]
-
-        def run(conn: sqlite3.Connection) -> list[ScheduleRow]:
-            return [rows.schedule_from_row(r) for r in conn.execute(sql)]
-
-        result: list[ScheduleRow] = await self._reading(run)
-        return result
-
-    async def schedules_page(
-        self,
-        *,
-        after: str = "",
-        limit: int = 100,
-        include_deleted: bool = False,
-        tenants: Sequence[str] | None = None,
-    ) -> list[ScheduleRow]:
-        """Up to ``limit`` schedules after the id ``after``, by id, filtered in SQL."""
-        query = pages.schedules_page(
-            postgres=False,
-            after=after,
-            limit=limit,
-            include_deleted=include_deleted,
-            tenants=tenants,
-        )
-        if query is None:
-            return []
-        result: list[ScheduleRow] = await self._page(*query, rows.schedule_from_row)
-        return result
-
-    async def record_occurrences(
-        self,
-        schedule: ScheduleRow,
-        *,
-        expected_revision: int,
-        occurrences: Sequence[OccurrenceRow],
-        run: RunRow | None = None,
-    ) -> RunRow | None:
-        """Update the schedule, insert the occurrences and (optionally) the run, in one
-        transaction (see the protocol)."""
-        to_insert = rows.check_occurrences(schedule, expected_revision, occurrences, run)
-        q = codec.queries()
-
-        def record(conn: sqlite3.Connection) -> RunRow | None:
-            _update_schedule(conn, schedule, expected_revision)
-            stored = None if to_insert is None else _insert_run(conn, to_insert)
-            for occurrence in occurrences:
-                params = rows.occurrence_params(occurrence, stored)
-                if conn.execute(q["insert_occurrence"], params).rowcount != 1:
-                    raise rows.occurrence_exists(occurrence)
-            return stored
-
-        result: RunRow | None = await self._write_tx(record)
-        return result
-
-    async def list_occurrences(
-        self, schedule_id: str, *, after_instant: float | None = None, limit: int = 100
-    ) -> list[OccurrenceRow]:
-        """Up to ``limit`` occurrences after ``after_instant``, oldest first."""
-        params = rows.occurrence_page_params(schedule_id, after_instant, limit)
-        q = codec.queries()
-
-        def run(conn: sqlite3.Connection) -> list[OccurrenceRow]:
-            return [
-                rows.occurrence_from_row(r) for r in conn.execute(q["select_occurrences"], params)
-            ]
-
-        result: list[OccurrenceRow] = await self._reading(run)
         return result
 
     # ----------------------------------------------------------------- reads
@@ -1107,18 +838,6 @@ class SQLiteStore:
             return conn.execute(sql, params).fetchone()
 
         return await self._reading(run)
-
-    async def _page(
-        self, sql: str, params: dict[str, Any], decode: Callable[[Any], Any]
-    ) -> list[Any]:
-        """One page query's rows, decoded in the reading thread (a page is at most
-        ``pages.STORE_PAGE_ROWS_MAX`` rows, so the loop never waits on a big read)."""
-
-        def run(conn: sqlite3.Connection) -> list[Any]:
-            return [decode(r) for r in conn.execute(sql, params)]
-
-        result: list[Any] = await self._reading(run)
-        return result
 
     async def _reading(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn`` on the read connection in a thread, inside one read transaction."""
@@ -1212,30 +931,6 @@ class SQLiteStore:
             # Busy (the connection never waits) or broken: the thread path waits
             # for locks, and reports a real failure as StoreUnavailable.
             return None
-
-    async def history(self, activity_id: str) -> list[Transition]:
-        """The activity's transitions, oldest first."""
-
-        def run(conn: sqlite3.Connection) -> list[Transition]:
-            fetched = conn.execute(
-                codec.queries()["select_history"], {"activity_id": activity_id}
-            ).fetchall()
-            return [rows.transition_from_row(row) for row in fetched]
-
-        result: list[Transition] = await self._reading(run)
-        return result
-
-    async def history_page(
-        self, activity_id: str, *, after: int = 0, limit: int = 100
-    ) -> list[tuple[int, Transition]]:
-        """Up to ``limit`` of the activity's transitions after position ``after``."""
-        sql, params = pages.history_page(
-            postgres=False, activity_id=activity_id, after=after, limit=limit
-        )
-        result: list[tuple[int, Transition]] = await self._page(
-            sql, params, pages.positioned_transition
-        )
-        return result
 
     async def check(self, bodies: checks.BodyDecoders | None = None) -> list[Diagnostic]:
         """Every contradiction, malformed row and damaged page in the store: SQLite's
@@ -1349,29 +1044,11 @@ def _run_call(conn: sqlite3.Connection, call: _Call) -> None:
         _deliver(call, result, None)
 
 
-def _insert_run(conn: sqlite3.Connection, row: RunRow) -> RunRow:
-    """Number and insert a run inside the caller's write transaction (``insert_run``,
-    ``record_occurrences``): the counter moves with the insert or not at all."""
-    q = codec.queries()
-    found = conn.execute(q["next_run_seq"]).fetchone()
-    if found is None:
-        raise CorruptRecord("counter 'run_seq' is missing", table="counters", key="run_seq")
-    stored = rows.numbered_run(row, found[0])
-    conn.execute(q["insert_run"], rows.run_params(stored))
-    return stored
-
-
-def _update_schedule(conn: sqlite3.Connection, row: ScheduleRow, expected_revision: int) -> None:
-    """A schedule's compare-and-set update inside the caller's write transaction; why
-    it matched nothing is NotFound or Conflict."""
-    q = codec.queries()
-    params = rows.schedule_update_params(row, expected_revision)
-    if conn.execute(q["update_schedule"], params).rowcount == 1:
-        return
-    found = conn.execute(q["select_schedule_revision"], {"schedule_id": row.schedule_id}).fetchone()
-    if found is None:
-        raise rows.schedule_not_found(row.schedule_id)
-    raise rows.schedule_revision_conflict(row, expected_revision, found[0])
+def _execute(conn: sqlite3.Connection, query: Query) -> Result:
+    """One query of a catalog body, on the connection of the body's transaction."""
+    cursor = conn.execute(sql_of(query, "sqlite"), query.params)
+    fetched = cursor.fetchall() if cursor.description is not None else []
+    return Result(fetched, cursor.rowcount)
 
 
 def _settle(batch: list[_Pending], failure: str | None) -> None:
@@ -1613,7 +1290,6 @@ def _load(conn: sqlite3.Connection, finished_max: int, where: str) -> StoredStat
         activities=activities,
         finished=finished,
         workers=_workers(conn, diagnostics),
-        crons=_crons(conn, diagnostics),
         diagnostics=diagnostics,
     )
 
@@ -1621,11 +1297,6 @@ def _load(conn: sqlite3.Connection, finished_max: int, where: str) -> StoredStat
 def _workers(conn: sqlite3.Connection, diagnostics: list[Diagnostic]) -> list[StoredWorker]:
     fetched = conn.execute(codec.queries()["select_workers"]).fetchall()
     return rows.decode_all(fetched, rows.worker_from_row, diagnostics)
-
-
-def _crons(conn: sqlite3.Connection, diagnostics: list[Diagnostic]) -> list[StoredCron]:
-    fetched = conn.execute(codec.queries()["select_crons"]).fetchall()
-    return rows.decode_all(fetched, rows.cron_from_row, diagnostics)
 
 
 def _check(
@@ -1661,18 +1332,17 @@ def _check(
 
 
 def _scan_malformed(conn: sqlite3.Connection, record: checks.RecordCheck) -> None:
-    """Every activity, worker and cron row whose blob or state does not decode (full
-    scans); a table SQLite cannot read to the end is reported as damaged."""
+    """Every activity and worker row whose blob or state does not decode (full scans);
+    a table SQLite cannot read to the end is reported as damaged."""
     found = record.found
     try:
         _scan_activities(conn, found)
     except _DAMAGE as exc:
         record.damaged("activities", exc)
-    for table, scan in (("workers", _workers), ("crons", _crons)):
-        try:
-            scan(conn, found)
-        except _DAMAGE as exc:
-            record.damaged(table, exc)
+    try:
+        _workers(conn, found)
+    except _DAMAGE as exc:
+        record.damaged("workers", exc)
 
 
 def _scan_activities(conn: sqlite3.Connection, found: list[Diagnostic]) -> None:

@@ -47,8 +47,8 @@ What is checked, precisely (the names are the ``invariant`` of the error):
     A ``Complete``, ``Fail``, ``StartActivity`` or ``RenewLease`` is accepted
     only with the replayed current token of an unexpired lease (a
     ``Complete`` only while executing); each activity gets exactly one
-    ``ActivityCompleted`` (or ``ActivityFailed``) decision, in the same
-    outcome as its terminal transition, and never two (re-checked over the
+    ``ActivityCompleted`` (or ``ActivityFailed``, or ``ActivityCancelled``)
+    decision, in the same outcome as its terminal transition, and never two (re-checked over the
     whole run by :meth:`InvariantChecker.check_final`). ``LeaseRevoked``
     only names a lease that was current during the command.
 ``limits``
@@ -87,6 +87,10 @@ What is checked, precisely (the names are the ``invariant`` of the error):
     saturation no tenant's share exceeds the lowest backlogged share by more
     than one slot, ``1 / weight``, beyond the slots freed since the last
     dispatch); ``tenant_aware`` to the backlogged tenant served longest ago.
+
+Why one module of about a thousand lines: every family above checks the same
+replayed model of the records, built in one pass per command; splitting the
+families would split that model or replay the records once per family.
 """
 
 from __future__ import annotations
@@ -106,9 +110,11 @@ from wf.scheduler.model import (
     Activity,
     ActivityState,
     Priority,
+    TransitionReason,
     WorkerStatus,
 )
 from wf.scheduler.outputs import (
+    ActivityCancelled,
     ActivityCompleted,
     ActivityFailed,
     ActivitySubmitted,
@@ -301,7 +307,7 @@ class _PolicyOracle:
 
     def on_transition(self, aid: str, r: _Replayed, rec: Transition) -> None:
         frm, to = rec.from_state, rec.to_state
-        granted = frm is S.QUEUED and to is S.LEASED and rec.reason == "granted"
+        granted = frm is S.QUEUED and to is S.LEASED and rec.reason == TransitionReason.GRANTED
         if granted:
             want = self.expected(r)
             if want != aid:
@@ -519,7 +525,7 @@ class InvariantChecker:
         ):
             if new < old:
                 raise _fail("monotonic", f"{name} of {aid!r} went from {old} to {new}")
-        if rec.reason == "stolen":
+        if rec.reason == TransitionReason.STOLEN:
             self._check_steal(aid, r, rec)
         if rec.to_state is S.LEASED and rec.from_state is S.QUEUED:
             if rec.token <= self.max_token:
@@ -528,10 +534,10 @@ class InvariantChecker:
                     f"lease of {aid!r} got token {rec.token}, not above {self.max_token}",
                 )
             self.max_token = rec.token
-            if rec.reason == "granted":
+            if rec.reason == TransitionReason.GRANTED:
                 self._on_dispatch(aid, r, rec.at, slowed)
         if self.oracle is not None:
-            if rec.reason == "granted":
+            if rec.reason == TransitionReason.GRANTED:
                 self.stats.bump("policy_choice")
             self.oracle.on_transition(aid, r, rec)
             self.stats.starvation_passes_max = max(
@@ -637,6 +643,15 @@ class InvariantChecker:
                 "exactly_once",
                 f"ActivityFailed decisions {sorted(failed)} do not match the failed "
                 f"transitions {want_failed}",
+            )
+        # Listeners (the run engine) learn of a cancel only from this decision.
+        cancelled = sorted(d.activity_id for d in outcome.decisions if type(d) is ActivityCancelled)
+        want_cancelled = sorted(a for a, s in finished_here.items() if s is S.CANCELLED)
+        if cancelled != want_cancelled:
+            raise _fail(
+                "exactly_once",
+                f"ActivityCancelled decisions {cancelled} do not match the cancelled "
+                f"transitions {want_cancelled}",
             )
         for aid in completed:
             if self.completed_decisions[aid] != 1:

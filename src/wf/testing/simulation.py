@@ -18,9 +18,9 @@ invariant after it, and the run stops after ``steps`` of them.
 * **The shell** ticks the core at its :meth:`~SchedulerCore.next_wake_at`
   (and at least every ``TICK_PERIOD_S``), a little late at random.
 * **Submitters** send batches of random activities (tenants, priorities,
-  capabilities, idempotency, ordering keys, ``not_before`` delays, retry
-  policies, policy groups, new-workflow flags), now and then a burst that
-  backlogs every tenant.
+  capabilities, idempotency, ordering keys, ``not_before`` delays, calendar
+  (cron expression) delays in some worlds, retry policies, policy groups,
+  new-workflow flags), now and then a burst that backlogs every tenant.
 * **Workers** behave like the worker SDK: register, heartbeat every
   interval, long-poll for their free slots (and re-poll, sometimes after a
   ``CancelPoll``); on ``LeaseGranted`` they start the activity after a
@@ -49,6 +49,11 @@ each restart begins a new one from the snapshot taken right after recovery.
 Replaying a segment (:func:`wf.scheduler.replay.replay`) must give exactly
 the lines the simulation saw; without restarts the one segment is the whole
 run.
+
+Why one module of about a thousand lines: the world (shell, submitters,
+workers, faults) shares one random stream and one virtual clock, and the
+order of its draws is what makes a seed its run; the checks live in
+:mod:`wf.testing.invariants`.
 """
 
 from __future__ import annotations
@@ -69,12 +74,18 @@ from wf.scheduler.backpressure import BackpressureConfig
 from wf.scheduler.config import PolicyConfig, SchedulerConfig, StealingConfig
 from wf.scheduler.dispatcher import SchedulerCore
 from wf.scheduler.load_balancer import BalancingStrategy
-from wf.scheduler.model import Activity, HeartbeatStats, Priority, RetryPolicy, WorkerInfo
+from wf.scheduler.model import (
+    Activity,
+    HeartbeatStats,
+    Priority,
+    RetryPolicy,
+    TransitionReason,
+    WorkerInfo,
+)
 from wf.scheduler.outputs import (
     ActivityCompleted,
     ActivityFailed,
     ActivitySubmitted,
-    CronFired,
     LeaseGranted,
     LeaseRevoked,
     Outcome,
@@ -86,6 +97,7 @@ from wf.scheduler.queue import PartitionKey
 from wf.scheduler.rate_limiter import RateLimitConfig
 from wf.scheduler.recovery import CoreSnapshot, recover, restore, snapshot, state_digest
 from wf.scheduler.replay import LogHeader, encode_log
+from wf.scheduler.timer import CalendarSchedule
 from wf.testing.clock import DEFAULT_START, TimerHandle, VirtualClock
 from wf.testing.invariants import (
     InvariantChecker,
@@ -131,7 +143,7 @@ class SimulationCounts:
     commands: int = 0
     """Commands handed to the core (the steps), recovery ticks included."""
     submitted: int = 0
-    """Activities accepted (cron firings included)."""
+    """Activities accepted."""
     dispatched: int = 0
     """Leases granted from the queue."""
     completed: int = 0
@@ -170,8 +182,8 @@ class SimulationCounts:
     """Calls by revived workers with tokens from before their crash."""
     lost_grants: int = 0
     """Leases granted to a worker whose process had already died."""
-    cron_fires: int = 0
-    """Cron firings."""
+    calendar_delays: int = 0
+    """Activities sent with a calendar (cron expression) delay."""
     refusals: int = 0
     """Commands refused with a typed error (see ``SimulationResult.refusals``)."""
 
@@ -378,8 +390,8 @@ class Simulation:
         self.groups = sorted(config.policies)
         self.workers: dict[str, _Worker] = {}
         self.hosts = 1
-        self.cron_id: str | None = None
-        self.crons = 0
+        self.calendar = False
+        """Whether this world submits some activities with a calendar delay."""
         self.open: dict[str, None] = {}
         """Unfinished activities (insertion ordered), from the records."""
         self._tick_handle: TimerHandle | None = None
@@ -427,8 +439,7 @@ class Simulation:
         self.hosts = rng.randint(2, 3)
         for _ in range(rng.randint(3, 6)):
             self._new_worker(rng.uniform(0.0, 0.5))
-        if rng.random() < 0.25:
-            self._toggle_cron()
+        self.calendar = rng.random() < 0.25
         self._at(rng.uniform(0.2, 1.0), self._arrival)
         self._at(rng.expovariate(1 / FAULT_MEAN_S) + 2.0, self._fault)
         self._arm_tick()
@@ -438,25 +449,6 @@ class Simulation:
         w = _Worker(info=self._worker_info(len(self.workers), self.hosts))
         self.workers[w.wid] = w
         self._at(delay_s, lambda: self._boot_worker(w))
-
-    def _toggle_cron(self) -> None:
-        """Register a per-minute cron trigger, or remove the registered one."""
-        now = self.clock.now()
-        if self.cron_id is not None:
-            self._send(cmd.RemoveCron(now=now, cron_id=self.cron_id))
-            self.cron_id = None
-            return
-        self.crons += 1
-        self.cron_id = f"cron-{self.crons}"
-        self._send(
-            cmd.RegisterCron(
-                now=now,
-                cron_id=self.cron_id,
-                expression=self.rng.choice(("* * * * *", "*/2 * * * *")),
-                timezone=self.rng.choice(("UTC", "Europe/Paris")),
-                template=self._activity_spec("cron-template", cron=True),
-            )
-        )
 
     def _worker_info(self, n: int, hosts: int) -> WorkerInfo:
         rng = self.rng
@@ -564,17 +556,17 @@ class Simulation:
                     if to == "cancelled":
                         counts["cancelled"] += 1
                 elif to == "leased":
-                    if reason == "granted":
+                    if reason == TransitionReason.GRANTED:
                         counts["dispatched"] += 1
                     else:
                         counts["steals"] += 1
                 elif (
                     to == "queued"
                     and rec.from_state.value in ("leased", "executing")
-                    and reason != "stolen"
+                    and reason != TransitionReason.STOLEN
                 ):
                     counts["requeued"] += 1
-                if reason == "lease_expired":
+                if reason == TransitionReason.LEASE_EXPIRED:
                     counts["expired"] += 1
         for d in outcome.decisions:
             if isinstance(d, ActivityCompleted):
@@ -585,8 +577,6 @@ class Simulation:
                 counts["retries"] += 1
             elif isinstance(d, WorkerFailed):
                 counts["workers_failed"] += 1
-            elif isinstance(d, CronFired):
-                counts["cron_fires"] += 1
 
     def _deliver(self, outcome: Outcome) -> None:
         """Hand decisions to the simulated workers, as the shell would."""
@@ -642,17 +632,25 @@ class Simulation:
 
     # ------------------------------------------------------------ submitters
 
-    def _activity_spec(self, aid: str, *, cron: bool = False) -> Activity:
+    def _activity_spec(self, aid: str) -> Activity:
         rng = self.rng
         now = self.clock.now()
         caps: frozenset[str] = frozenset()
         if not self.uniform and rng.random() < 0.2:
             caps = frozenset({rng.choice(_CAPABILITIES)})
         key = None
-        if not self.uniform and not cron and rng.random() < 0.15:
+        if not self.uniform and rng.random() < 0.15:
             key = rng.choice(_KEYS)
         not_before = None
-        if not cron and rng.random() < 0.2:
+        delay: CalendarSchedule | None = None
+        if self.calendar and rng.random() < 0.1:
+            # Dormant until the next instant of a cron expression (the core resolves it).
+            delay = CalendarSchedule(
+                cron=rng.choice(("* * * * *", "*/2 * * * *")),
+                timezone=rng.choice(("UTC", "Europe/Paris")),
+            )
+            self.counts["calendar_delays"] += 1
+        elif rng.random() < 0.2:
             not_before = now + rng.uniform(0.0, 20.0)
         retry = RetryPolicy(
             max_attempts=rng.randint(1, 4),
@@ -677,6 +675,7 @@ class Simulation:
             policy=rng.choice(self.groups) if len(self.groups) > 1 else None,
             new_workflow=rng.random() < 0.3,
             not_before=not_before,
+            delay=delay,
             retry=retry,
             payload=b"x" * rng.randint(0, 8),
         )
@@ -853,8 +852,6 @@ class Simulation:
             ("restart", self._restart, 0.7),
             ("reconfigure", self._reconfigure, 0.5),
         ]
-        if self.crons:
-            kinds.append(("cron", self._toggle_cron, 0.3))
         _name, action, _weight = rng.choices(kinds, weights=[k[2] for k in kinds])[0]
         action()
 

@@ -10,7 +10,7 @@ sleep on that clock (:func:`wf.clock.sleep_until`). :class:`TimeSkipper` moves
 the clock the way Temporal's test environment does: it first lets the system
 *settle* (every queued run event applied, no activity waiting for or held by
 a worker, no schedule or waiting run left to consider), then jumps straight
-to the next instant anything is due (a cron or one-shot occurrence, a timer
+to the next instant anything is due (a schedule's occurrence, a timer
 node, a run deadline, a delayed activity or retry), and ticks the node, the
 engine and the service at that instant, in that order. Repeated up to the
 target instant, this is deterministic: the same program records the same
@@ -72,12 +72,22 @@ class TimeSkipper:
         """Wait (in real time, bounded) until nothing is in flight at the current instant."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        quiet = False
         while True:
             await self.server.engine.poll()
             if self.service is not None:
                 await self.service.tick()
+            # The core changes before its commit lands, and listeners (the run engine)
+            # hear of a change only once the committing caller resumes: wait for the
+            # commits, and call the system settled only when it is still idle after a
+            # pause, so that no change is between its commit and its listeners.
+            await self.server.node.durable()
             if not self.busy():
-                return
+                if quiet:
+                    return
+                quiet = True
+            else:
+                quiet = False
             if loop.time() > deadline:
                 raise TimeoutError(f"the system did not settle within {timeout_s} s")
             await asyncio.sleep(SETTLE_POLL_S)
@@ -87,7 +97,6 @@ class TimeSkipper:
         core = self.server.node.core
         candidates = [
             core.timers.next_due_at(),
-            core.crons.next_due_at(),
             self.server.engine.next_timer_at(),
             None if self.service is None else self.service.next_wake_at(),
         ]

@@ -20,9 +20,10 @@ JSON object         ``fn(**object)`` (keyword arguments)
 anything else       refused: the attempt fails, non-retryable
 ==================  ===========================================
 
-A function taking one dict therefore gets ``[{...}]``. :func:`encode_payload`
-builds payloads; :meth:`ActivityDefinition.activity` builds a whole
-submission. The result a worker reports is the JSON of the return value
+A function taking one dict therefore gets ``[{...}]``. The convention is the
+wire contract's (:mod:`wf.wire.payloads`, which the run engine uses too);
+:func:`encode_payload` builds payloads; :meth:`ActivityDefinition.activity`
+builds a whole submission. The result a worker reports is the JSON of the return value
 (``null`` for ``None``); :func:`decode_result` reads it back.
 
 While an activity runs, a context variable holds its :class:`ActivityContext`.
@@ -43,10 +44,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, overload
 
-import msgspec
-
 from wf.errors import InvalidArgument
 from wf.scheduler.model import Activity, RetryPolicy
+from wf.wire.payloads import decode_result as decode_result
+from wf.wire.payloads import encode_payload as encode_payload
+from wf.wire.payloads import encode_result as encode_result
+from wf.wire.payloads import payload_arguments
 
 ACTIVITY_NAME_MAX: Final = 256
 """Longest activity type name (the core's id bound)."""
@@ -70,45 +73,14 @@ class InvalidPayload(NonRetryableError):
 
 # ----------------------------------------------------------------- payloads
 
-_encoder: Final = msgspec.json.Encoder()
-
-
-def encode_payload(*args: Any, **kwargs: Any) -> bytes:
-    """The payload for ``fn(*args)`` or ``fn(**kwargs)`` (one form, not both)."""
-    if args and kwargs:
-        raise InvalidArgument(
-            "a payload carries positional or keyword arguments, not both", field="payload"
-        )
-    if kwargs:
-        return _encoder.encode(kwargs)
-    if args:
-        return _encoder.encode(list(args))
-    return b""
-
 
 def decode_payload(payload: bytes) -> tuple[list[Any], dict[str, Any]]:
     """``(args, kwargs)`` from a payload; :class:`InvalidPayload` if it breaks the convention."""
-    if not payload:
-        return [], {}
     try:
-        value = msgspec.json.decode(payload)
-    except msgspec.DecodeError as exc:
-        raise InvalidPayload(f"payload is not JSON: {exc}") from None
-    if isinstance(value, list):
-        return value, {}
-    if isinstance(value, dict):
-        return [], value
-    raise InvalidPayload(f"payload must be a JSON array or object, not {type(value).__name__}")
-
-
-def encode_result(value: Any) -> bytes:
-    """The reported result: the JSON of an activity's return value."""
-    return _encoder.encode(value)
-
-
-def decode_result(result: bytes) -> Any:
-    """An activity's return value from its reported result (``None`` if empty)."""
-    return msgspec.json.decode(result) if result else None
+        return payload_arguments(payload)
+    except InvalidArgument as exc:
+        # Non-retryable for the worker: the same payload would be refused again.
+        raise InvalidPayload(exc.message) from None
 
 
 # -------------------------------------------------------------- definitions

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from wf.scheduler.outputs import LeaseGranted
+from wf.wire.scheduler_methods import FencedParams
 from wf.worker.activity import ActivityContext
 
 
@@ -58,9 +59,9 @@ class HeldLease:
         """The leased activity."""
         return self.grant.lease.activity_id
 
-    def fenced(self) -> dict[str, Any]:
-        """The parameters every lease call carries."""
-        return {"activity_id": self.activity_id, "token": self.token}
+    def fenced(self) -> FencedParams:
+        """The parameters of ``scheduler.leases.start`` and ``.renew``."""
+        return FencedParams(activity_id=self.activity_id, token=self.token)
 
 
 @dataclass(slots=True)

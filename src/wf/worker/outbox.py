@@ -29,6 +29,8 @@ import contextlib
 from collections import deque
 from typing import Any, Final
 
+import msgspec
+
 from wf.client.rpc_client import RpcClient
 from wf.errors import Internal, RpcUnavailable, WfError
 
@@ -39,7 +41,7 @@ OUTBOX_TIMEOUT_S: Final = 30.0
 OUTBOX_IN_FLIGHT_MAX: Final = 2
 """Sender tasks, so batches on the wire at once (one travels while another commits)."""
 
-_Call = tuple[str, dict[str, Any], "asyncio.Future[Any]"]
+_Call = tuple[str, msgspec.Struct, "asyncio.Future[Any]"]
 
 
 class Outbox:
@@ -67,7 +69,7 @@ class Outbox:
         self.calls_sent = 0
         """Calls carried by them."""
 
-    async def call(self, method: str, params: dict[str, Any]) -> Any:
+    async def call(self, method: str, params: msgspec.Struct) -> Any:
         """Queue one call; returns its result or raises its typed error."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((method, params, future))

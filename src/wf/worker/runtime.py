@@ -85,6 +85,25 @@ from wf.errors import (
 )
 from wf.scheduler.model import HeartbeatStats, WorkerInfo
 from wf.scheduler.outputs import LeaseGranted, LeaseRevoked
+from wf.wire.methods import MethodSpec
+from wf.wire.scheduler_methods import (
+    COMPLETE_ACTIVITY,
+    FAIL_ACTIVITY,
+    HEARTBEAT,
+    POLL,
+    REGISTER_WORKER,
+    RENEW_LEASE,
+    SHUTDOWN_WORKER,
+    START_ACTIVITY,
+    CompleteParams,
+    FailParams,
+    HeartbeatParams,
+    PollParams,
+    PollResult,
+    RegisterResult,
+    RegisterWorkerParams,
+    WorkerIdParams,
+)
 from wf.worker.activity import ActivityContext, ActivityDefinition, ActivityInfo
 from wf.worker.backoff import Backoff
 from wf.worker.execution import Abandoned, Ending, Failed, Succeeded, execute
@@ -120,23 +139,6 @@ _REGISTRATION_LOST: Final = (WorkerNotActive, NotFound, Forbidden)
 """Refusals of heartbeat/poll that mean: register again."""
 _LEASE_LOST: Final = (StaleLease, LeaseExpired, NotFound, Conflict)
 """Refusals of a lease call that mean: the lease is not ours any more."""
-
-
-class _RegisterResult(msgspec.Struct, frozen=True, kw_only=True):
-    worker_id: str
-    lease_ttl_s: float
-    heartbeat_misses_max: int
-
-
-class _PollResult(msgspec.Struct, frozen=True, kw_only=True):
-    leases: list[LeaseGranted]
-    revoked: list[LeaseRevoked]
-    traceparents: dict[str, str] = msgspec.field(default_factory=dict)
-    """Lease id -> W3C ``traceparent`` of the server's lease span (when it traces)."""
-
-
-class _HeartbeatResult(msgspec.Struct, frozen=True, kw_only=True):
-    revoked: list[LeaseRevoked]
 
 
 def default_worker_id() -> str:
@@ -418,7 +420,7 @@ class Worker:
         try:
             async with asyncio.timeout(HEARTBEAT_TIMEOUT_S):
                 answer = await self._client.call(
-                    "scheduler.workers.shutdown", {"worker_id": self.worker_id}
+                    SHUTDOWN_WORKER.name, WorkerIdParams(worker_id=self.worker_id)
                 )
         except (WfError, TimeoutError) as exc:
             log.warning(
@@ -505,8 +507,8 @@ class Worker:
 
     async def _register(self) -> None:
         assert self._client is not None
-        raw = await self._client.call("scheduler.workers.register", {"info": self.info})
-        answer = msgspec.convert(raw, _RegisterResult)
+        raw = await self._client.call(REGISTER_WORKER.name, RegisterWorkerParams(info=self.info))
+        answer: RegisterResult = REGISTER_WORKER.decode(raw)
         self.lease_ttl_s = answer.lease_ttl_s
         self.counters.registrations += 1
         log.info(
@@ -525,8 +527,7 @@ class Worker:
         # Refused or not, the server answered: it is reachable, and that was the question.
         with contextlib.suppress(WorkerNotActive, NotFound):
             await self._client.call(
-                "scheduler.workers.heartbeat",
-                {"worker_id": self.worker_id, "stats": self._stats()},
+                HEARTBEAT.name, HeartbeatParams(worker_id=self.worker_id, stats=self._stats())
             )
 
     def _contact(self) -> None:
@@ -564,8 +565,8 @@ class Worker:
             try:
                 async with asyncio.timeout(HEARTBEAT_TIMEOUT_S):
                     raw = await self._client.call(
-                        "scheduler.workers.heartbeat",
-                        {"worker_id": self.worker_id, "stats": self._stats()},
+                        HEARTBEAT.name,
+                        HeartbeatParams(worker_id=self.worker_id, stats=self._stats()),
                     )
             except Unauthorized as exc:
                 self._stop_fatally(exc)
@@ -579,7 +580,7 @@ class Worker:
                 continue
             else:
                 self._contact()
-                self._on_revoked(msgspec.convert(raw, _HeartbeatResult).revoked)
+                self._on_revoked(HEARTBEAT.decode(raw))
             await asyncio.sleep(self.heartbeat_interval_s)
 
     # ------------------------------------------------------------------- poll
@@ -599,13 +600,13 @@ class Worker:
             try:
                 async with asyncio.timeout(self.poll_wait_s + CALL_TIMEOUT_MARGIN_S):
                     raw = await self._client.call(
-                        "scheduler.workers.poll",
-                        {
-                            "worker_id": self.worker_id,
-                            "max_items": want,
-                            "wait_s": self.poll_wait_s,
-                            "start": start,
-                        },
+                        POLL.name,
+                        PollParams(
+                            worker_id=self.worker_id,
+                            max_items=want,
+                            wait_s=self.poll_wait_s,
+                            start=start,
+                        ),
                     )
             except Unauthorized as exc:
                 self._stop_fatally(exc)
@@ -628,7 +629,7 @@ class Worker:
                     return
                 continue
             self._contact()
-            result = msgspec.convert(raw, _PollResult)
+            result: PollResult = POLL.decode(raw)
             self._on_revoked(result.revoked)
             self._accept(result.leases, result.traceparents)
             if result.leases:
@@ -754,7 +755,7 @@ class Worker:
                     reporter = asyncio.create_task(self._report_start_later(held))
                     began = True
                 else:
-                    began = await self._fenced_call(held, "scheduler.leases.start", held.fenced())
+                    began = await self._fenced_call(held, START_ACTIVITY, held.fenced())
                     held.start_reported = began
                 if began:
                     self.counters.started += 1
@@ -791,7 +792,7 @@ class Worker:
         assert self.start_report_delay_s is not None
         await asyncio.sleep(self.start_report_delay_s)
         held.start_calling = True
-        if await self._fenced_call(held, "scheduler.leases.start", held.fenced()):
+        if await self._fenced_call(held, START_ACTIVITY, held.fenced()):
             held.start_reported = True
 
     async def _settle_start_report(self, held: HeldLease, reporter: asyncio.Task[None]) -> None:
@@ -817,20 +818,29 @@ class Worker:
         )
 
     async def _report(self, held: HeldLease, ending: Succeeded | Failed) -> None:
-        if isinstance(ending, Succeeded):
-            method = "scheduler.leases.complete"
-            params = {**held.fenced(), "result": ending.result}
-        else:
-            method = "scheduler.leases.fail"
-            params = {
-                **held.fenced(),
-                "error_type": ending.error_type,
-                "message": ending.message,
-                "retryable": ending.retryable,
-            }
-        if not held.start_reported:
-            params["unreported_start"] = True
+        unreported_start = not held.start_reported
+        if unreported_start:
             self.counters.unreported_starts += 1
+        method: MethodSpec[Any]
+        params: msgspec.Struct
+        if isinstance(ending, Succeeded):
+            method = COMPLETE_ACTIVITY
+            params = CompleteParams(
+                activity_id=held.activity_id,
+                token=held.token,
+                result=ending.result,
+                unreported_start=unreported_start,
+            )
+        else:
+            method = FAIL_ACTIVITY
+            params = FailParams(
+                activity_id=held.activity_id,
+                token=held.token,
+                error_type=ending.error_type,
+                message=ending.message,
+                retryable=ending.retryable,
+                unreported_start=unreported_start,
+            )
         if not await self._fenced_call(held, method, params):
             return
         if isinstance(ending, Succeeded):
@@ -868,7 +878,9 @@ class Worker:
                 },
             )
 
-    async def _fenced_call(self, held: HeldLease, method: str, params: dict[str, Any]) -> bool:
+    async def _fenced_call(
+        self, held: HeldLease, method: MethodSpec[Any], params: msgspec.Struct
+    ) -> bool:
         """One lease call, retried until the server answers; False if the lease was lost.
 
         A start refused as ``illegal_transition`` was applied by an earlier try
@@ -877,12 +889,12 @@ class Worker:
         outbox = self._outbox
         assert outbox is not None
         forbidden = 0
-        starting = method == "scheduler.leases.start"
+        starting = method is START_ACTIVITY
         while True:
             if starting and held.lost is not None:
                 return False
             try:
-                await outbox.call(method, params)
+                await outbox.call(method.name, params)
             except IllegalTransition as exc:
                 if starting:
                     return True
@@ -928,7 +940,7 @@ class Worker:
             if not due:
                 continue
             answers = await asyncio.gather(
-                *(outbox.call("scheduler.leases.renew", h.fenced()) for h in due),
+                *(outbox.call(RENEW_LEASE.name, h.fenced()) for h in due),
                 return_exceptions=True,
             )
             for held, answer in zip(due, answers, strict=True):

@@ -61,21 +61,6 @@ ON CONFLICT (worker_id) DO UPDATE SET
 -- A departed worker forgotten after its retention (WorkerRemoved).
 DELETE FROM workers WHERE worker_id = :worker_id;
 
--- name: upsert_cron
--- A cron entry registered or advanced (CronUpserted).
-INSERT INTO crons (cron_id, expression, timezone, next_fire_at, template, updated_at)
-VALUES (:cron_id, :expression, :timezone, :next_fire_at, :template, :at)
-ON CONFLICT (cron_id) DO UPDATE SET
-    expression = excluded.expression,
-    timezone = excluded.timezone,
-    next_fire_at = excluded.next_fire_at,
-    template = excluded.template,
-    updated_at = excluded.updated_at;
-
--- name: delete_cron
--- A cron entry removed (CronRemoved).
-DELETE FROM crons WHERE cron_id = :cron_id;
-
 -- name: raise_counter
 -- Move a counter forward (never backwards).
 UPDATE counters SET value = :value WHERE name = :name AND value < :value;
@@ -102,10 +87,6 @@ LIMIT :limit;
 -- name: select_workers
 -- Every worker in registration order (a departed worker's updated_at is its departure).
 SELECT worker_id, seq, info, status, registered_at, updated_at FROM workers ORDER BY seq;
-
--- name: select_crons
--- Every cron entry.
-SELECT cron_id, expression, timezone, next_fire_at, template FROM crons ORDER BY cron_id;
 
 -- name: select_history
 -- One activity's transitions, oldest first.
@@ -215,6 +196,11 @@ ON CONFLICT (deployment_id) DO NOTHING;
 -- A deployment's next revision, only if it is still at the expected one.
 UPDATE deployments SET body = :body, revision = :revision, updated_at = :updated_at
 WHERE deployment_id = :deployment_id AND revision = :expected_revision;
+
+-- name: select_deployment_revision
+-- A deployment's stored revision (why an insert_deployment or update_deployment
+-- matched nothing).
+SELECT revision FROM deployments WHERE deployment_id = :deployment_id;
 
 -- name: select_deployment
 -- One deployment.

@@ -64,6 +64,10 @@ CREATE TABLE workers (
     updated_at    REAL NOT NULL
 ) WITHOUT ROWID;
 
+-- Retired in issue 14: the core's cron table (WF-005 §18) gave way to deployment
+-- schedules (wf.schedules, tables schedules and occurrences). Nothing reads or
+-- writes this table any more; rows an older version left here are ignored. It is
+-- kept, unused, so that existing stores need no migration for the retirement.
 CREATE TABLE crons (
     cron_id      TEXT PRIMARY KEY,
     expression   TEXT NOT NULL,

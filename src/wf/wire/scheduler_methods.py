@@ -1,0 +1,343 @@
+"""The ``scheduler.*`` methods: parameters, results and declarations.
+
+Workers call the ``scheduler.workers.*`` and ``scheduler.leases.*`` methods,
+operators the ``scheduler.activities.*`` ones and the reads. The server's
+:class:`~wf.server.scheduler_api.SchedulerAPI` is the Python API behind
+them (each declaration's ``python_name`` is its method); the ``App`` client
+and the worker SDK build their calls from the same declarations.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final
+
+import msgspec
+
+from wf.scheduler.model import Activity, ActivityState, HeartbeatStats, WorkerInfo
+from wf.scheduler.outputs import LeaseGranted, LeaseRevoked, Transition
+from wf.wire.bounds import (
+    Count,
+    Cursor,
+    Id,
+    Name,
+    NonNegI64,
+    Payload,
+    PositiveCount,
+    Text,
+)
+from wf.wire.methods import MethodSpec, NoParams
+from wf.wire.paging import PAGE_LIMIT_DEFAULT, Limit
+from wf.wire.scheduler import WireActivity
+
+SUBMIT_BATCH_MAX: Final = 10_000
+"""Most activities one ``scheduler.activities.submit`` call may carry."""
+
+
+# ------------------------------------------------------------------- params
+
+
+class RegisterWorkerParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.workers.register``."""
+
+    info: WorkerInfo
+
+
+class HeartbeatParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.workers.heartbeat``."""
+
+    worker_id: Id
+    stats: HeartbeatStats = msgspec.field(default_factory=HeartbeatStats)
+
+
+class PollParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.workers.poll``."""
+
+    worker_id: Id
+    max_items: PositiveCount = 1
+    wait_s: float = 20.0
+    start: Count = 0
+    """How many of the leases the worker begins on receipt (see ``Poll.start``)."""
+
+
+class WorkerIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Methods that name one worker."""
+
+    worker_id: Id
+
+
+class FencedParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.leases.start`` and ``scheduler.leases.renew``."""
+
+    activity_id: Id
+    token: NonNegI64
+
+
+class CompleteParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.leases.complete``."""
+
+    activity_id: Id
+    token: NonNegI64
+    result: Payload = b""
+    """The result: empty, or one UTF-8 JSON document (see :mod:`wf.wire.bounds`)."""
+    unreported_start: bool = False
+    """The worker began without reporting the start (only for a grant with
+    ``may_restart``): the start is recorded with the result, in one commit."""
+
+
+class FailParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.leases.fail``."""
+
+    activity_id: Id
+    token: NonNegI64
+    error_type: Name = "Error"
+    message: Text = ""
+    retryable: bool = True
+    unreported_start: bool = False
+    """As for ``scheduler.leases.complete``."""
+
+
+class SubmitParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.activities.submit``."""
+
+    activities: Annotated[list[WireActivity], msgspec.Meta(max_length=SUBMIT_BATCH_MAX)]
+
+
+class ActivityIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Methods that name one activity."""
+
+    activity_id: Id
+
+
+class CancelParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.activities.cancel``."""
+
+    activity_id: Id
+    reason: Text = "cancelled"
+
+
+class HistoryParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.activities.history``."""
+
+    activity_id: Id
+    """The activity."""
+    limit: Limit = PAGE_LIMIT_DEFAULT
+    """Page size, 1-100."""
+    cursor: Cursor | None = None
+    """``next_cursor`` of the previous page."""
+
+
+class ListWorkersParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.workers.list``."""
+
+    limit: Limit = PAGE_LIMIT_DEFAULT
+    """Page size, 1-100."""
+    cursor: Cursor | None = None
+    """``next_cursor`` of the previous page."""
+
+
+# ------------------------------------------------------------------ results
+
+
+class PollResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Leases for the worker, and revocations it must act on."""
+
+    leases: list[LeaseGranted]
+    revoked: list[LeaseRevoked]
+    traceparents: dict[str, str] = msgspec.field(default_factory=dict)
+    """Lease id -> W3C ``traceparent`` of its lease span (only when tracing is on)."""
+
+
+class RegisterResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a worker needs to know after registering."""
+
+    worker_id: str
+    lease_ttl_s: float
+    heartbeat_misses_max: int
+
+
+class ActivityView(msgspec.Struct, frozen=True, kw_only=True):
+    """An activity as admin reads show it."""
+
+    activity: Activity | None
+    """The live activity, or ``None`` once it finished."""
+    finished_state: ActivityState | None = None
+    """Its terminal state, when finished and still remembered."""
+
+
+class WorkerView(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker as admin reads show it."""
+
+    info: WorkerInfo
+    status: str
+    registered_at: float
+    last_seen_at: float
+    leases: dict[str, int]
+    stats: HeartbeatStats
+
+
+class WorkerPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of ``list_workers``."""
+
+    workers: list[WorkerView]
+    """Workers in registration order."""
+    next_cursor: str | None
+    """Pass back to get the next page; ``None`` on the last one."""
+
+
+class TransitionPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of ``activity_history``."""
+
+    transitions: list[Transition]
+    """Transitions, oldest first."""
+    next_cursor: str | None
+    """Pass back to get the next page; ``None`` on the last one."""
+
+
+class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Queue and capacity figures."""
+
+    depth: int
+    depth_by_partition: dict[str, int]
+    running: int
+    capacity: int
+    delayed: int
+    backpressure: str
+    workers_active: int
+
+
+# ------------------------------------------------------------- declarations
+
+REGISTER_WORKER: Final = MethodSpec(
+    name="scheduler.workers.register",
+    python_name="register_worker",
+    params=RegisterWorkerParams,
+    result=RegisterResult,
+    access="worker",
+    summary="Register a worker or renew its registration.",
+)
+HEARTBEAT: Final = MethodSpec(
+    name="scheduler.workers.heartbeat",
+    python_name="heartbeat",
+    params=HeartbeatParams,
+    result=list[LeaseRevoked],
+    wrap="revoked",
+    access="worker",
+    summary="Heartbeat; returns lease revocations to act on.",
+)
+POLL: Final = MethodSpec(
+    name="scheduler.workers.poll",
+    python_name="poll",
+    params=PollParams,
+    result=PollResult,
+    access="worker",
+    summary="Long-poll for up to max_items leases.",
+)
+SHUTDOWN_WORKER: Final = MethodSpec(
+    name="scheduler.workers.shutdown",
+    python_name="shutdown_worker",
+    params=WorkerIdParams,
+    result=int,
+    wrap="returned",
+    access="worker",
+    summary="Graceful shutdown: unstarted leases return to the queue.",
+)
+START_ACTIVITY: Final = MethodSpec(
+    name="scheduler.leases.start",
+    python_name="start_activity",
+    params=FencedParams,
+    result=None,
+    access="worker",
+    summary="Report that a leased activity started executing.",
+)
+RENEW_LEASE: Final = MethodSpec(
+    name="scheduler.leases.renew",
+    python_name="renew_lease",
+    params=FencedParams,
+    result=float,
+    wrap="expires_at",
+    access="worker",
+    summary="Renew a lease (fenced by its token).",
+)
+COMPLETE_ACTIVITY: Final = MethodSpec(
+    name="scheduler.leases.complete",
+    python_name="complete_activity",
+    params=CompleteParams,
+    result=None,
+    access="worker",
+    summary="Complete a leased activity with its result (fenced).",
+)
+FAIL_ACTIVITY: Final = MethodSpec(
+    name="scheduler.leases.fail",
+    python_name="fail_activity",
+    params=FailParams,
+    result=None,
+    access="worker",
+    summary="Report a failed attempt (fenced).",
+)
+SUBMIT_ACTIVITIES: Final = MethodSpec(
+    name="scheduler.activities.submit",
+    python_name="submit_activities",
+    params=SubmitParams,
+    result=list[str],
+    wrap="activity_ids",
+    access="operate",
+    summary="Submit activities.",
+)
+CANCEL_ACTIVITY: Final = MethodSpec(
+    name="scheduler.activities.cancel",
+    python_name="cancel_activity",
+    params=CancelParams,
+    result=None,
+    access="operate",
+    summary="Cancel an unfinished activity.",
+)
+GET_ACTIVITY: Final = MethodSpec(
+    name="scheduler.activities.get",
+    python_name="get_activity",
+    params=ActivityIdParams,
+    result=ActivityView,
+    access="read",
+    summary="An activity's current state.",
+)
+ACTIVITY_HISTORY: Final = MethodSpec(
+    name="scheduler.activities.history",
+    python_name="activity_history",
+    params=HistoryParams,
+    result=TransitionPage,
+    access="read",
+    summary="A page of an activity's transitions, oldest first.",
+)
+LIST_WORKERS: Final = MethodSpec(
+    name="scheduler.workers.list",
+    python_name="list_workers",
+    params=ListWorkersParams,
+    result=WorkerPage,
+    access="read",
+    summary="A page of workers with their leases and heartbeat figures.",
+)
+QUEUE_STATS: Final = MethodSpec(
+    name="scheduler.queue.stats",
+    python_name="queue_stats",
+    params=NoParams,
+    result=QueueStats,
+    access="read",
+    summary="Queue depth, capacity and backpressure level.",
+)
+
+METHODS: Final[tuple[MethodSpec[Any], ...]] = (
+    REGISTER_WORKER,
+    HEARTBEAT,
+    POLL,
+    SHUTDOWN_WORKER,
+    START_ACTIVITY,
+    RENEW_LEASE,
+    COMPLETE_ACTIVITY,
+    FAIL_ACTIVITY,
+    SUBMIT_ACTIVITIES,
+    CANCEL_ACTIVITY,
+    GET_ACTIVITY,
+    ACTIVITY_HISTORY,
+    LIST_WORKERS,
+    QUEUE_STATS,
+)
+"""Every ``scheduler.*`` method."""

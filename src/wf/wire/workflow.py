@@ -1,0 +1,196 @@
+"""The workflow documents that cross the wire: plans, artifacts, deployments, pages.
+
+These are data only. Their rules live in the runtime: :mod:`wf.runtime.plan`
+validates a plan, computes its canonical form and hash, and resolves its
+bindings; :mod:`wf.runtime.artifacts` and :mod:`wf.runtime.deployments`
+store and check the rest. Those modules re-export the structs, so
+``wf.runtime.Plan`` and this ``Plan`` are one class; they live here so that
+the ``App`` client can decode a ``workflow.*`` answer without loading the
+runtime, the node or the store.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, TypeAlias
+
+import msgspec
+
+from wf.scheduler.model import DEFAULT_RETRY, Priority, RetryPolicy
+from wf.scheduler.timer import DelaySpec
+
+PLAN_FORMAT: Final = 1
+"""The plan format version this code writes and reads."""
+NODES_MAX: Final = 1_000
+"""Most nodes one plan may hold."""
+VERSION_MAX: Final = 2**31 - 1
+"""Highest artifact version."""
+
+Bindings: TypeAlias = dict[str, Any]
+"""Names to binding expressions (see :mod:`wf.runtime.plan`)."""
+
+
+def _no_schema() -> dict[str, Any]:
+    return {"type": "object"}
+
+
+# -------------------------------------------------------------------- plans
+
+
+class ActivityNode(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    tag_field="kind",
+    tag="activity",
+):
+    """Run one activity on a worker; its output is the activity's result."""
+
+    id: str
+    """Node id, unique in the plan (see :data:`wf.runtime.plan.ID_RE`)."""
+    activity_type: str
+    """The activity type a worker registered."""
+    args: Bindings = msgspec.field(default_factory=dict)
+    """Argument name to binding (run inputs, upstream outputs, literals)."""
+    needs: tuple[str, ...] = ()
+    """Upstream node ids that must complete first."""
+    capabilities: frozenset[str] = frozenset()
+    """Capabilities a worker must advertise to take it."""
+    priority: Priority | None = None
+    """Scheduling priority; ``None`` takes the deployment's."""
+    retry: RetryPolicy = DEFAULT_RETRY
+    """Retry policy for the activity's own failures."""
+    timeout_s: float | None = None
+    """Most seconds one attempt may run; ``None``: no limit of its own."""
+    idempotent: bool = False
+    """May be rerun safely after its executing worker was lost."""
+
+
+class InterruptNode(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    tag_field="kind",
+    tag="interrupt",
+):
+    """Wait for external input; its output is the answer given to ``resume_run``."""
+
+    id: str
+    """Node id, unique in the plan."""
+    prompt: str
+    """What the run asks for, shown to whoever answers."""
+    needs: tuple[str, ...] = ()
+    """Upstream node ids that must complete first."""
+    input_schema: dict[str, Any] = msgspec.field(default_factory=_no_schema)
+    """JSON Schema the answer must satisfy."""
+
+
+class TimerNode(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    tag_field="kind",
+    tag="timer",
+):
+    """Wait until a durable timer fires (relative, absolute, zoned or calendar)."""
+
+    id: str
+    """Node id, unique in the plan."""
+    delay: DelaySpec
+    """When it fires, counted from the moment the node becomes ready."""
+    needs: tuple[str, ...] = ()
+    """Upstream node ids that must complete first."""
+
+
+Node: TypeAlias = ActivityNode | InterruptNode | TimerNode
+"""Any plan node (tagged by ``kind``)."""
+
+
+class Plan(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
+):
+    """A workflow definition: a DAG of nodes, an input schema and an output mapping."""
+
+    nodes: Annotated[list[Node], msgspec.Meta(max_length=NODES_MAX)]
+    """The nodes, in any order (dependencies come from ``needs``)."""
+    input_schema: dict[str, Any] = msgspec.field(default_factory=_no_schema)
+    """JSON Schema a run's inputs must satisfy."""
+    output: Bindings = msgspec.field(default_factory=dict)
+    """Output name to binding, evaluated when every node has completed."""
+    format: int = PLAN_FORMAT
+    """Plan format version."""
+
+
+# ---------------------------------------------------------------- artifacts
+
+
+class Artifact(msgspec.Struct, frozen=True, kw_only=True):
+    """One version of a plan, as stored."""
+
+    artifact_id: str
+    """Artifact id (lower-case letters, digits, ``_``; see :data:`wf.runtime.plan.ID_RE`)."""
+    version: int
+    """Version, 1..:data:`VERSION_MAX`, chosen by the creator."""
+    plan: Plan
+    """The plan (validated)."""
+    content_hash: str
+    """``sha256:<hex>`` of the plan's canonical JSON."""
+    created_at: float
+    """When this version was first stored (POSIX seconds)."""
+
+
+class ArtifactPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of ``list_artifacts``."""
+
+    artifacts: list[Artifact]
+    """Artifact versions, by id then version."""
+    next_cursor: str | None
+    """Pass back to get the next page; ``None`` on the last one."""
+
+
+# -------------------------------------------------------------- deployments
+
+
+class Deployment(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A saved deployment."""
+
+    deployment_id: str
+    """``<artifact_id>.<name>``."""
+    artifact_id: str
+    """The artifact deployed."""
+    artifact_version: int
+    """The pinned version."""
+    name: str
+    """Deployment name."""
+    default_inputs: dict[str, Any] = msgspec.field(default_factory=dict)
+    """Inputs a run gets unless it names them itself."""
+    tenant: str = "default"
+    """Tenant of its runs."""
+    priority: Priority = Priority.NORMAL
+    """Default priority of its activities."""
+    policy: str | None = None
+    """Scheduling policy group (``None``: the server's default)."""
+    max_steps: int | None = None
+    """Most node executions one run may take."""
+    run_deadline_s: float | None = None
+    """Seconds a run may take from its start."""
+    created_at: float = 0.0
+    """When revision 1 was saved (POSIX seconds)."""
+    updated_at: float = 0.0
+    """When this revision was saved."""
+    revision: int = 0
+    """Raised by one on every save, starting at 1."""
+
+
+class DeploymentPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of ``list_deployments``."""
+
+    deployments: list[Deployment]
+    """Deployments, by id."""
+    next_cursor: str | None
+    """Pass back to get the next page; ``None`` on the last one."""
