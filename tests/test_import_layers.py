@@ -6,7 +6,7 @@ The layers, lowest first (each may import what is below it, never above):
                   wf.wire.bounds, wf.wire.paging   (leaf modules, usable anywhere)
     wf.scheduler  the WF-005 core
     wf.store      ← wf.scheduler
-    wf.node       ← wf.store
+    wf.node       ← wf.store   (the module wf.node and its read port, wf.node_reads)
     wf.runtime    ← wf.node, wf.wire
     wf.schedules  ← wf.runtime
     wf.server     ← wf.schedules, wf.activities (its local server runs workers in-process)
@@ -72,6 +72,10 @@ NARROW: Final[dict[tuple[str, str], frozenset[str]]] = {
 }
 """Where a layer may import only some modules of a layer below it."""
 
+MEMBERS: Final[dict[str, str]] = {"wf.node_reads": "wf.node"}
+"""Modules that belong to a layer whose name is not their prefix (the node layer is a
+module, so its read port sits beside it)."""
+
 EXCEPTIONS: Final[dict[tuple[str, str], str]] = {}
 """``(importer, imported)`` module pairs allowed against the layers, each with its reason."""
 
@@ -117,6 +121,8 @@ def _unit(module: str) -> str | None:
     """The base module or layer ``module`` belongs to (``None``: not wf's)."""
     if module in BASE:
         return module
+    if module in MEMBERS:
+        return MEMBERS[module]
     candidates = [
         layer for layer in DEPENDS_ON if module == layer or module.startswith(layer + ".")
     ]
@@ -228,6 +234,16 @@ def _loaded_after(statement: str) -> list[str]:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     return done.stdout.split()
+
+
+def test_the_pure_runtime_modules_load_neither_the_store_nor_the_node() -> None:
+    # The plan and the DAG engine are pure: a tool that validates a plan, or a test
+    # of the DAG engine, must not pay for (or depend on) the server side.
+    for statement in ("import wf.runtime.dag", "import wf.runtime.plan"):
+        loaded = _loaded_after(statement)
+        assert "wf.runtime" in loaded, statement
+        server_side = [m for m in loaded if m.startswith(("wf.store", "wf.node"))]
+        assert not server_side, f"{statement} loads {server_side}"
 
 
 def test_the_worker_sdk_and_the_client_load_nothing_of_the_server_side() -> None:

@@ -45,6 +45,12 @@ heartbeat grace period, then one tick that expires stale leases and requeues
 abandoned activities; its records are committed before dispatch resumes.
 The background loop only calls :meth:`tick` at the instant the core asks for
 (:meth:`SchedulerCore.next_wake_at`), bounded by ``tick_interval_max_s``.
+
+Reads. Nothing outside the node reads the core's internals: the shell reads
+through :attr:`SchedulerNode.reads` (:class:`~wf.node_reads.NodeReads`),
+whose reads answer from committed state (see :mod:`wf.node_reads`). The node
+keeps it current: every commit that lands updates its activity facts before
+anyone awaiting that commit resumes, and every reload rebuilds them.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ import msgspec
 
 from wf.clock import Clock, SystemClock, sleep_until
 from wf.errors import InvalidArgument, OwnershipLost, StoreUnavailable, WfError
+from wf.node_reads import NodeReads
 from wf.scheduler import commands as cmd
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.dispatcher import SchedulerCore
@@ -165,6 +172,8 @@ class SchedulerNode:
         self.recovery_backoff_max_s = recovery_backoff_max_s
         """Longest pause between two reload attempts."""
         self.core = SchedulerCore(self.config)
+        self.reads = NodeReads(self)
+        """The read port: what the shell may know of the scheduler (see :mod:`wf.node_reads`)."""
         self._phase: Literal["new", "starting", "running", "stopping"] = "new"
         self._broken: BaseException | None = None
         """Why writes stopped (``None`` while the node accepts writes)."""
@@ -185,6 +194,8 @@ class SchedulerNode:
         self._asleep_until: float | None = None
         """Where the tick loop sleeps until (``None`` while it is awake)."""
         self._last_commit: asyncio.Future[None] | None = None
+        self._untold = 0
+        """Commands handled whose listeners have not been told yet (see quiescent())."""
         self.listeners: list[Callable[[Outcome], None]] = []
         """Called with every committed outcome (the server routes decisions with it)."""
 
@@ -229,6 +240,9 @@ class SchedulerNode:
             await self.store.append(outcome.records)
             self._backoff_s = RECOVERY_BACKOFF_INITIAL_S  # the store took a commit
         self.core = core
+        self.reads.reset(core)  # loaded from the store and its tick committed: committed state
+        if self._last_commit is not None and self._last_commit.done():
+            self._last_commit = None  # settled before the reload: durable() looks no further
         self._broken = None
         self._stopped_at = None
         self._notify(outcome)
@@ -309,6 +323,12 @@ class SchedulerNode:
             recovery_attempts=self._attempts,
         )
 
+    def refuse_if_stopped(self) -> None:
+        """Raise :class:`StoreUnavailable` while writes are stopped (the core may hold a
+        change whose commit failed)."""
+        if self._broken is not None:
+            raise self._refusal()
+
     def _refusal(self) -> StoreUnavailable:
         """The error for a command or read while writes are stopped."""
         broken = self._broken
@@ -332,7 +352,13 @@ class SchedulerNode:
         now = self.clock.now()
         outcome = self.core.handle(make(now))
         if outcome.records:
-            await self._commit(outcome)
+            # Counted until told: nothing is awaited between the finally and _notify,
+            # and a cancelled caller's outcome stays counted by _commit until told.
+            self._untold += 1
+            try:
+                await self._commit(outcome)
+            finally:
+                self._untold -= 1
         self._notify(outcome)
         asleep_until = self._asleep_until
         if asleep_until is not None:
@@ -353,15 +379,16 @@ class SchedulerNode:
         success still reaches the listeners.
         """
         commit = asyncio.ensure_future(self.store.append(outcome.records))
-        commit.add_done_callback(self._settled)
+        # The first callback of the commit: it runs before anyone awaiting the commit
+        # (a caller, durable()) resumes, so they all find the read port up to date.
+        commit.add_done_callback(lambda c: self._settled(c, outcome))
         self._last_commit = commit
         try:
             await asyncio.shield(commit)
         except asyncio.CancelledError:
             if not commit.done():
-                commit.add_done_callback(
-                    lambda c: None if c.cancelled() or c.exception() else self._notify(outcome)
-                )
+                self._untold += 1
+                commit.add_done_callback(lambda c: self._tell_late(c, outcome))
             raise
         except WfError:
             raise
@@ -382,15 +409,42 @@ class SchedulerNode:
         # Loop: commands handled while we waited have commits of their own.
         while (commit := self._last_commit) is not None and not commit.done():
             await asyncio.wait({commit})
+        if commit is not None and self._broken is None:
+            # A commit that has just failed is done before its callback (_settled) has
+            # run: stop writes now rather than answer from the change it lost. (The
+            # last commit fails whenever an earlier one did: the store's fence.)
+            failure = asyncio.CancelledError() if commit.cancelled() else commit.exception()
+            if failure is not None:
+                self._stop_writes(failure)
         if self._broken is not None:
             raise self._refusal()
 
-    def _settled(self, commit: asyncio.Future[None]) -> None:
-        """A commit ended: a failed or cancelled one stops writes (fail-stop)."""
+    def _tell_late(self, commit: asyncio.Future[None], outcome: Outcome) -> None:
+        """A cancelled caller's commit ended: tell the listeners if it held."""
+        self._untold -= 1
+        if not commit.cancelled() and commit.exception() is None:
+            self._notify(outcome)
+
+    def quiescent(self) -> bool:
+        """Whether every command handled so far is committed and its listeners told.
+
+        The core changes before its commit lands, and the listeners (the run engine)
+        hear of the change only after: in between, neither shows it as work in
+        flight. A time-skipping test moves its clock only while this holds
+        (:mod:`wf.testing.timeskip`).
+        """
+        commit = self._last_commit
+        return self._untold == 0 and (commit is None or commit.done())
+
+    def _settled(self, commit: asyncio.Future[None], outcome: Outcome) -> None:
+        """A commit ended: a committed outcome reaches the read port; a failed or
+        cancelled one stops writes (fail-stop)."""
         failure = asyncio.CancelledError() if commit.cancelled() else commit.exception()
         if failure is not None:
             self._stop_writes(failure)
-        elif self._backoff_s != RECOVERY_BACKOFF_INITIAL_S:
+            return
+        self.reads.committed(outcome)
+        if self._backoff_s != RECOVERY_BACKOFF_INITIAL_S:
             self._backoff_s = RECOVERY_BACKOFF_INITIAL_S  # writes work: a fresh backoff
 
     def _ownership_lost(self, lost: OwnershipLost) -> None:

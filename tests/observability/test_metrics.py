@@ -21,6 +21,7 @@ from _obs_server import (
 
 from wf.client.rpc_client import RpcClient
 from wf.errors import StaleLease
+from wf.node_reads import NodeReads
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.dispatcher import SchedulerCore
 from wf.scheduler.metrics import LATENCY_BUCKETS_S
@@ -210,6 +211,7 @@ def test_openmetrics_when_asked(tmp_path: Path) -> None:
 class _Node:
     def __init__(self, core: SchedulerCore) -> None:
         self.core = core
+        self.reads = NodeReads(self)  # type: ignore[arg-type]
 
 
 def test_latency_histogram_is_cumulative() -> None:

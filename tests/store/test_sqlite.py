@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import wf.store.sqlite as sqlite_module
+import wf.store.sqlite_load as sqlite_load
 from wf.errors import StoreUnavailable
 from wf.scheduler import commands as cmd
 from wf.scheduler.dispatcher import SchedulerCore
@@ -170,7 +171,8 @@ def test_a_failed_batch_fails_every_append_in_it(tmp_path: Path) -> None:
 
 def test_chunked_load_matches_the_core(tmp_path: Path, monkeypatch: Any) -> None:
     """Tiny fetch and id chunks: every chunk boundary of the fast load path is crossed."""
-    monkeypatch.setattr(sqlite_module, "FETCH_ROWS_MAX", 3)
+    monkeypatch.setattr(sqlite_load, "FETCH_ROWS_MAX", 3)
+    monkeypatch.setattr(sqlite_load, "ID_CHUNK_MAX", 2)
     monkeypatch.setattr(sqlite_module, "ID_CHUNK_MAX", 2)
     from wf.scheduler.model import WorkerInfo
 

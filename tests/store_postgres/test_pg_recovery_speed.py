@@ -19,7 +19,7 @@ from psycopg import sql
 from wf.scheduler.model import Activity, ActivityState
 from wf.scheduler.outputs import ActivitySubmitted, Record, Transition
 from wf.store import codec, rows
-from wf.store import postgres as pg
+from wf.store import postgres_load as pg_load
 from wf.store.postgres import PostgresStore
 from wf.store.protocol import Diagnostic
 
@@ -135,7 +135,7 @@ async def _row_by_row(dsn: str, schema: str) -> tuple[list[Activity], list[Diagn
 def test_load_gives_exactly_the_row_by_row_result(
     pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch, fetch_rows: int
 ) -> None:
-    monkeypatch.setattr(pg, "LOAD_FETCH_ROWS", fetch_rows)
+    monkeypatch.setattr(pg_load, "LOAD_FETCH_ROWS", fetch_rows)
 
     async def main() -> None:
         store = PostgresStore(pg_dsn, schema=pg_schema)
@@ -195,8 +195,8 @@ def test_a_load_interrupted_mid_scan_leaves_the_store_usable(
     """Interrupted while the next chunk's FETCH is in flight (the load's task
     cancelled, or an error raised between two chunks): the load fails with that,
     and the next load on the same (only) pooled session reads everything."""
-    monkeypatch.setattr(pg, "LOAD_FETCH_ROWS", 3)
-    real_decode = pg._decode_specs
+    monkeypatch.setattr(pg_load, "LOAD_FETCH_ROWS", 3)
+    real_decode = pg_load._decode_specs
     calls = 0
 
     def decode_then_interrupt(specs: list[bytes]) -> list[Activity | None]:
@@ -215,10 +215,10 @@ def test_a_load_interrupted_mid_scan_leaves_the_store_usable(
         await store.open()
         try:
             await store.append([r for i in range(N) for r in _submitted(i)])
-            monkeypatch.setattr(pg, "_decode_specs", decode_then_interrupt)
+            monkeypatch.setattr(pg_load, "_decode_specs", decode_then_interrupt)
             with pytest.raises(asyncio.CancelledError if how == "cancelled" else _Injected):
                 await store.load()
-            monkeypatch.setattr(pg, "_decode_specs", real_decode)
+            monkeypatch.setattr(pg_load, "_decode_specs", real_decode)
             state = await asyncio.wait_for(store.load(), timeout=30)
             assert [a.activity_id for a in state.activities] == [f"r{i:03}" for i in range(N)]
             assert state.diagnostics == []

@@ -31,6 +31,7 @@ from wf.scheduler.outputs import (
 )
 from wf.store import codec
 from wf.store import postgres as pg
+from wf.store import postgres_load as pg_load
 from wf.store.postgres import PostgresStore, migration_lock_key, writer_application_name
 from wf.store.protocol import OwnerInfo
 
@@ -536,7 +537,7 @@ def test_close_flushes_appends_under_way_then_refuses_more(
 def test_load_fetches_in_chunks_and_skips_malformed_rows(
     pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pg, "LOAD_FETCH_ROWS", 7)
+    monkeypatch.setattr(pg_load, "LOAD_FETCH_ROWS", 7)
 
     async def main() -> None:
         store = await opened(pg_dsn, pg_schema)

@@ -1,9 +1,15 @@
-"""The workflow runtime: plans, artifacts, deployments (runs and the DAG engine next)."""
+"""The workflow runtime: plans, artifacts, deployments, runs and the DAG engine."""
 
-from wf.runtime.api import WorkflowAPI
-from wf.runtime.artifacts import Artifact
-from wf.runtime.deployments import Deployment, DeploymentSpec
-from wf.runtime.plan import ActivityNode, InterruptNode, Plan, TimerNode, validate_plan
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from wf.runtime.api import WorkflowAPI
+    from wf.runtime.artifacts import Artifact
+    from wf.runtime.deployments import Deployment, DeploymentSpec
+    from wf.runtime.plan import ActivityNode, InterruptNode, Plan, TimerNode, validate_plan
 
 __all__ = [
     "ActivityNode",
@@ -16,3 +22,25 @@ __all__ = [
     "WorkflowAPI",
     "validate_plan",
 ]
+
+_HOMES: Final = {
+    "ActivityNode": "wf.runtime.plan",
+    "Artifact": "wf.runtime.artifacts",
+    "Deployment": "wf.runtime.deployments",
+    "DeploymentSpec": "wf.runtime.deployments",
+    "InterruptNode": "wf.runtime.plan",
+    "Plan": "wf.runtime.plan",
+    "TimerNode": "wf.runtime.plan",
+    "WorkflowAPI": "wf.runtime.api",
+    "validate_plan": "wf.runtime.plan",
+}
+"""Where each exported name lives."""
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: importing a pure module (wf.runtime.dag, wf.runtime.plan) runs this file
+    # first, and WorkflowAPI would bring the run engine, the node and the store.
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(home), name)

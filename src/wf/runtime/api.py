@@ -388,7 +388,7 @@ class WorkflowAPI:
         nothing is stored then).
         """
         run, plan = await self.prepare_run(deployment_id, inputs, caller=caller)
-        self.engine.node.core.backpressure.admit_new_workflow(self.clock.now())
+        self.engine.node.reads.admit_new_workflow(self.clock.now())
         admitted = await self.engine.admit(run, plan)
         started = await self.engine.begin(admitted.run_id)
         return await self._view(started, plan)

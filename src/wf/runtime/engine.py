@@ -344,15 +344,16 @@ class RunEngine:
     async def _carry_out(self, run: Run, plan: Plan, effects: dag.Effects) -> None:
         for due, node_id in effects.timers:
             self._arm(_Timer(due, 0, "node", run.run_id, node_id))
-        core = self.node.core
+        reads = self.node.reads
         for activity_id in effects.cancel:
-            if activity_id in core.activities:
+            if reads.holds(activity_id):
                 await self._cancel_activity(activity_id, f"run {run.run_id} {run.status}")
         if not effects.submit:
             return
-        fresh = [a for a in effects.submit if a.activity_id not in core.activities]
-        known = await self.store.existing_activity_ids([a.activity_id for a in fresh])
-        batch = tuple(a for a in fresh if a.activity_id not in known)
+        # Submissions are idempotent by id: an id in use (live, finished, or only
+        # stored) was submitted before, and is skipped (NodeReads.ids_in_use).
+        used = await reads.ids_in_use(a.activity_id for a in effects.submit)
+        batch = tuple(a for a in effects.submit if a.activity_id not in used)
         if not batch:
             return
         try:
@@ -619,8 +620,7 @@ class RunEngine:
     async def _time_out(self, timer: _Timer) -> None:
         """An attempt outlived its node's timeout: fail that attempt (retried per policy)."""
         activity_id = f"{timer.run_id}.{timer.node_id}"
-        a = self.node.core.activities.get(activity_id)
-        if a is None or a.state is not ActivityState.EXECUTING or a.token != timer.token:
+        if self.node.reads.attempt(activity_id) != (ActivityState.EXECUTING, timer.token):
             return
         with contextlib.suppress(Conflict, NotFound):
             await self.node.execute(
@@ -725,14 +725,13 @@ class RunEngine:
         """Match a submitted node with its activity after a restart."""
         state = run.nodes[node_id]
         activity_id = state.activity_id or f"{run.run_id}.{node_id}"
-        live = self.node.core.activities.get(activity_id)
+        live = self.node.reads.attempt(activity_id)
         if live is not None:
             node = _node(plan, node_id)
-            if live.state is ActivityState.EXECUTING and node is not None and node.timeout_s:
+            live_state, token = live
+            if live_state is ActivityState.EXECUTING and node is not None and node.timeout_s:
                 # The attempt's start time died with the old process; give it a full period.
-                self._arm(
-                    _Timer(now + node.timeout_s, 0, "timeout", run.run_id, node_id, live.token)
-                )
+                self._arm(_Timer(now + node.timeout_s, 0, "timeout", run.run_id, node_id, token))
             return dag.Effects()
         history = await self.store.history(activity_id)
         if not history:
@@ -756,7 +755,7 @@ class RunEngine:
 
     async def _withdraw_orphans(self) -> None:
         """Cancel scheduler activities of runs that already stopped."""
-        for activity_id in list(self.node.core.activities):
+        for activity_id in self.node.reads.held_ids():
             parsed = node_of_activity(activity_id)
             if parsed is None or parsed[0] in self._live:
                 continue

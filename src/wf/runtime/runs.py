@@ -26,13 +26,15 @@ interrupt node), and the final ``completed``, ``failed``, ``exhausted``
 from __future__ import annotations
 
 import enum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
 from wf.errors import CorruptRecord
 from wf.scheduler.model import Priority
-from wf.store.protocol import RunRow
+
+if TYPE_CHECKING:
+    from wf.store.protocol import RunRow
 
 RUN_FORMAT: Final = 1
 """Version of the stored run document."""
@@ -228,6 +230,9 @@ _decoder: Final = msgspec.json.Decoder(Run)
 
 def run_row(run: Run, *, seq: int, updated_at: float) -> RunRow:
     """The store row of ``run`` at ``run.revision``."""
+    # Imported here: the DAG engine uses this module, and must not load the store.
+    from wf.store.protocol import RunRow
+
     body = _encoder.encode(msgspec.structs.replace(run, revision=0))
     return RunRow(
         run_id=run.run_id,

@@ -404,7 +404,7 @@ class ScheduleAPI:
             trigger=RunTrigger(kind="manual", schedule_id=None, occurrence=None),
         )
         engine = self.workflow.engine
-        engine.node.core.backpressure.admit_new_workflow(self.clock.now())
+        engine.node.reads.admit_new_workflow(self.clock.now())
         admitted = await engine.admit(run, plan)
         started = await engine.begin(admitted.run_id)
         view = await self.workflow.inspect_run(started.run_id, caller=caller)

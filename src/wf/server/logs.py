@@ -15,10 +15,10 @@ in its completion. :class:`OutcomeLogger` is a node listener, like the
 scheduler API: it sees every committed outcome and logs submissions,
 grants, starts, renewals, revocations, retries, completions, failures and
 cancellations. Most decisions name their correlation id; for the others
-(revocations, cancellations) it keeps the correlation id of every
-unfinished activity, seeded from the core on the first outcome after a
-(re)start and maintained from the records, so a line about an activity that
-finished in the same command still names it.
+(revocations, renewals, cancellations) it asks the node's committed activity
+facts (:meth:`~wf.node_reads.NodeReads.correlation_id`), which remember
+recently finished activities too, so a line about an activity that finished
+in the same command still names it.
 
 :func:`configure_logging` installs one handler on the root logger from
 ``server.observability`` (``log_format`` ``json`` or ``text``,
@@ -36,8 +36,7 @@ from typing import IO, Any, Final
 import msgspec
 
 from wf.node import SchedulerNode
-from wf.scheduler.dispatcher import SchedulerCore
-from wf.scheduler.model import TERMINAL_STATES, ActivityState
+from wf.scheduler.model import ActivityState
 from wf.scheduler.outputs import (
     ActivityCompleted,
     ActivityFailed,
@@ -183,34 +182,16 @@ class OutcomeLogger:
     def __init__(self, node: SchedulerNode, logger: logging.Logger | None = None) -> None:
         self.node = node
         self.log = logger or logging.getLogger(LIFECYCLE_LOGGER)
-        self._core: SchedulerCore | None = None
-        self._correlation: dict[str, str] = {}
-        """Correlation id of every unfinished activity that has one."""
-
-    def correlation_id(self, activity_id: str) -> str:
+        self.correlation_id = node.reads.correlation_id
         """The correlation id of an activity ("" if it has none or is unknown)."""
-        return self._correlation.get(activity_id, "")
-
-    def _seed(self) -> None:
-        core = self.node.core
-        if core is not self._core:
-            self._core = core
-            self._correlation = {
-                a.activity_id: a.correlation_id
-                for a in core.activities.values()
-                if a.correlation_id
-            }
 
     def __call__(self, outcome: Outcome) -> None:
-        self._seed()
         log = self.log
         info = log.isEnabledFor(logging.INFO)
         debug = log.isEnabledFor(logging.DEBUG)
         for r in outcome.records:
             if type(r) is ActivitySubmitted:
                 a = r.activity
-                if a.correlation_id:
-                    self._correlation[a.activity_id] = a.correlation_id
                 if info:
                     log.info(
                         "activity %s submitted",
@@ -373,17 +354,15 @@ class OutcomeLogger:
                         "attempt": r.attempt,
                     },
                 )
-        elif to_state in TERMINAL_STATES:
-            correlation_id = self._correlation.pop(r.activity_id, "")
-            if to_state is ActivityState.CANCELLED and info:
-                self.log.info(
-                    "activity %s cancelled: %s",
-                    r.activity_id,
-                    r.reason,
-                    extra={
-                        "action": "activity.cancelled",
-                        "activity_id": r.activity_id,
-                        "correlation_id": correlation_id,
-                        "reason": r.reason,
-                    },
-                )
+        elif to_state is ActivityState.CANCELLED and info:
+            self.log.info(
+                "activity %s cancelled: %s",
+                r.activity_id,
+                r.reason,
+                extra={
+                    "action": "activity.cancelled",
+                    "activity_id": r.activity_id,
+                    "correlation_id": self.correlation_id(r.activity_id),
+                    "reason": r.reason,
+                },
+            )

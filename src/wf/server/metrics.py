@@ -7,14 +7,17 @@ process-global one), so several servers in one process, as in the tests,
 do not clash. Two kinds of series live in it:
 
 * **The core's figures**, read at scrape time by :class:`CoreCollector`
-  straight from ``node.core``: gauges derived from the core's own state
-  (queue depth per partition, delayed activities, running leases, capacity,
-  utilisation, workers by status, backpressure level) and the plain counters
-  and latency buckets of :class:`~wf.scheduler.metrics.CoreMetrics`. Nothing
-  is counted twice, so nothing can drift. The collector reads
-  ``node.core`` afresh on every scrape because a restart replaces the core;
-  its counters then start again from zero, which Prometheus treats as a
-  counter reset (``rate()`` handles it).
+  through the node's read port (:meth:`~wf.node_reads.NodeReads.figures`
+  and :meth:`~wf.node_reads.NodeReads.counters`): gauges derived from the
+  core's own state (queue depth per partition, delayed activities, running
+  leases, capacity, utilisation, workers by status, backpressure level) and
+  the plain counters and latency buckets of
+  :class:`~wf.scheduler.metrics.CoreMetrics`. Nothing is counted twice, so
+  nothing can drift. They are the core's figures *now*, commits in flight
+  included (the read port's one exception to committed reads: a scrape must
+  answer while writes are stopped, and cannot wait for a quiet moment). A
+  restart replaces the core; its counters then start again from zero, which
+  Prometheus treats as a counter reset (``rate()`` handles it).
 * **The shell's own observations**: the latency of every JSON-RPC call per
   method and the errors per method and code, fed by the dispatcher's
   call observers (:meth:`ServerMetrics.observe_call`).
@@ -54,7 +57,6 @@ from prometheus_client.process_collector import ProcessCollector
 from wf.node import SchedulerNode
 from wf.scheduler.backpressure import BackpressureLevel
 from wf.scheduler.metrics import LATENCY_BUCKETS_S, CoreMetrics
-from wf.scheduler.model import WorkerStatus
 from wf.server.rpc import Caller
 
 if TYPE_CHECKING:
@@ -108,7 +110,7 @@ class CoreCollector:
     """Reads the scheduler core at scrape time (see the module docstring)."""
 
     def __init__(self, node: SchedulerNode) -> None:
-        self.node = node
+        self.reads = node.reads
 
     def describe(self) -> Iterator[Metric]:
         """The families (lets the registry refuse duplicate names at registration)."""
@@ -116,39 +118,37 @@ class CoreCollector:
 
     def collect(self) -> Iterator[Metric]:
         """Every core-derived family, read now."""
-        core = self.node.core
+        figures = self.reads.figures()
+        counters = self.reads.counters()
         depth = GaugeMetricFamily(
             "wf_queue_depth", "Queued activities per queue partition.", labels=["partition"]
         )
-        for partition, count in sorted(core.queue.depth_by_partition.items()):
+        for partition, count in sorted(figures.depth_by_partition.items()):
             depth.add_metric([partition], count)
         yield depth
         yield GaugeMetricFamily(
             "wf_activities_delayed",
             "Dormant activities (delayed or awaiting retry).",
-            len(core.timers),
+            figures.delayed,
         )
         yield GaugeMetricFamily(
-            "wf_leases_running", "Leases held (leased or executing).", core.running
+            "wf_leases_running", "Leases held (leased or executing).", figures.running
         )
         yield GaugeMetricFamily(
             "wf_worker_capacity_slots",
             "Sum of max_concurrency over active workers.",
-            core.capacity,
+            figures.capacity,
         )
         yield GaugeMetricFamily(
             "wf_worker_utilization_ratio",
             "Running leases over capacity (0 without capacity).",
-            core.running / core.capacity if core.capacity > 0 else 0.0,
+            figures.running / figures.capacity if figures.capacity > 0 else 0.0,
         )
-        by_status = dict.fromkeys(WorkerStatus, 0)
-        for worker in core.registry.workers.values():
-            by_status[worker.status] += 1
         workers = GaugeMetricFamily("wf_workers", "Known workers by status.", labels=["status"])
-        for status, count in by_status.items():
+        for status, count in figures.workers_by_status.items():
             workers.add_metric([status.value], count)
         yield workers
-        level = core.backpressure.level
+        level = figures.backpressure
         pressure = GaugeMetricFamily(
             "wf_backpressure_level",
             "1 for the current backpressure level, 0 for the others.",
@@ -157,8 +157,8 @@ class CoreCollector:
         for candidate in BackpressureLevel:
             pressure.add_metric([candidate.value], 1.0 if candidate is level else 0.0)
         yield pressure
-        yield from _counters(core.metrics)
-        yield _latency(core.metrics)
+        yield from _counters(counters)
+        yield _latency(counters)
 
 
 def _counters(metrics: CoreMetrics) -> Iterator[Metric]:

@@ -43,10 +43,12 @@ credentials and tenant-scoped admins.
   shows only workers that may serve one of their tenants, with leases of
   their tenants only; cluster-wide queue figures are ``Forbidden``;
   submitting for another tenant is ``Forbidden`` (the caller named it).
-  The tenant of a finished activity is remembered for the most recent
-  ``FINISHED_MEMORY_MAX`` ones this process saw finish; older ones, and
-  those finished before a restart, answer ``NotFound`` to tenant-scoped
-  callers (fail closed) and stay readable by unscoped callers.
+  Tenants come from the node's committed activity facts
+  (:meth:`~wf.node_reads.NodeReads.tenant_of`), which remember the most
+  recent ``FINISHED_MEMORY_MAX`` finished activities; older ones, those
+  finished before a restart, and those whose submission is not committed
+  yet, answer ``NotFound`` to tenant-scoped callers (fail closed) and stay
+  readable by unscoped callers.
 
 Races. A call's command is decided at once but answered only after its
 commit, and other calls are decided meanwhile (a completion, a cancel, a
@@ -54,7 +56,8 @@ tick that expires the lease or declares the worker lost). So nothing a call
 answers is read back from the core after its commit: it comes from the
 call's own outcome, and every refusal is the core's typed error
 (``StaleLease``, ``LeaseExpired``, ``NotFound``, ``WorkerNotActive``...),
-never an internal one.
+never an internal one. The admin reads go through the node's read port
+(``node.reads``), whose reads answer from committed state only.
 
 Memory. Per-worker state here (mailbox, revocations, the poll's wake-up
 event) exists only for workers the core knows: a call naming an unknown id
@@ -68,32 +71,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
 
-from wf.errors import Forbidden, InvalidArgument, NotFound
+from wf.errors import AlreadyExists, Forbidden, InvalidArgument, NotFound
 from wf.node import SchedulerNode
 from wf.runtime.runs import node_of_activity
 from wf.scheduler import commands as cmd
-from wf.scheduler.dispatcher import FINISHED_MEMORY_MAX
-from wf.scheduler.model import (
-    TERMINAL_STATES,
-    Activity,
-    HeartbeatStats,
-    WorkerInfo,
-)
+from wf.scheduler.model import Activity, HeartbeatStats, WorkerInfo, WorkerStatus
 from wf.scheduler.outputs import (
-    ActivitySubmitted,
     Decision,
     LeaseGranted,
     LeaseRenewed,
     LeaseRevoked,
     Outcome,
-    Transition,
     WorkerRemoved,
 )
 from wf.server.rpc import Caller, Registry
@@ -149,6 +142,7 @@ class SchedulerAPI:
 
     def __init__(self, node: SchedulerNode) -> None:
         self.node = node
+        self.reads = node.reads
         # Per-worker state, only ever for workers the core knows (never for an id a
         # caller merely names) and dropped when the core forgets the worker, so it is
         # bounded by the registered workers (see "Memory" in the module docstring).
@@ -158,10 +152,6 @@ class SchedulerAPI:
         """Revocations not yet delivered, by worker."""
         self._arrived: dict[str, asyncio.Event] = {}
         """Set when something is filed for a worker; created by its first poll."""
-        self._tenants: dict[str, str] | None = None
-        """Tenant of every unfinished activity (seeded from the core on the first outcome)."""
-        self._finished_tenants: OrderedDict[str, str] = OrderedDict()
-        """Tenant of recently finished activities (bounded), for tenant-scoped reads."""
         self._draining = False
         node.listeners.append(self._route)
         self.trace_context: Callable[[LeaseGranted], str | None] | None = None
@@ -170,13 +160,12 @@ class SchedulerAPI:
     # ---------------------------------------------------------------- routing
 
     def _route(self, outcome: Outcome) -> None:
-        self._track_tenants(outcome)
         decisions: list[Decision] = outcome.decisions
-        known = self.node.core.registry.workers
+        known = self.reads.knows_worker
         for d in decisions:
             if type(d) is LeaseGranted:
                 worker_id = d.lease.worker_id
-                if worker_id not in known:
+                if not known(worker_id):
                     continue  # Forgotten since (outcomes may be routed late): drop it.
                 box = self._mailbox.setdefault(worker_id, [])
                 if len(box) < MAILBOX_MAX:
@@ -185,7 +174,7 @@ class SchedulerAPI:
             elif type(d) is LeaseRevoked:
                 worker_id = d.worker_id
                 self._drop_from_mailbox(d)
-                if worker_id not in known:
+                if not known(worker_id):
                     continue
                 revoked = self._revoked.setdefault(worker_id, [])
                 if len(revoked) < MAILBOX_MAX:
@@ -207,23 +196,6 @@ class SchedulerAPI:
         self._mailbox.pop(worker_id, None)
         self._revoked.pop(worker_id, None)
         self._arrived.pop(worker_id, None)
-
-    def _track_tenants(self, outcome: Outcome) -> None:
-        tenants = self._tenants
-        if tenants is None:
-            tenants = self._tenants = {
-                a.activity_id: a.tenant for a in self.node.core.activities.values()
-            }
-        finished = self._finished_tenants
-        for r in outcome.records:
-            if type(r) is ActivitySubmitted:
-                tenants[r.activity.activity_id] = r.activity.tenant
-            elif type(r) is Transition and r.to_state in TERMINAL_STATES:
-                tenant = tenants.pop(r.activity_id, None)
-                if tenant is not None:
-                    finished[r.activity_id] = tenant
-                    if len(finished) > FINISHED_MEMORY_MAX:
-                        finished.popitem(last=False)
 
     def release_polls(self) -> None:
         """Wake every waiting long poll and make new ones return at once (server drain)."""
@@ -253,8 +225,8 @@ class SchedulerAPI:
     # ---------------------------------------------------------- authorization
 
     def _owner(self, worker_id: str) -> str | None:
-        worker = self.node.core.registry.workers.get(worker_id)
-        return worker.info.labels.get(OWNER_LABEL) if worker is not None else None
+        labels = self.reads.worker_labels(worker_id)
+        return labels.get(OWNER_LABEL) if labels is not None else None
 
     def _bind(self, caller: Caller, info: WorkerInfo) -> WorkerInfo:
         """Check a registration against the caller's scope; narrow it and stamp its owner."""
@@ -303,9 +275,9 @@ class SchedulerAPI:
     def _check_lease(self, caller: Caller, activity_id: str) -> None:
         if not _bound(caller):
             return
-        a = self.node.core.activities.get(activity_id)
-        if a is not None and a.worker_id is not None:
-            self._check_worker(caller, a.worker_id)
+        holder = self.reads.lease_holder(activity_id)
+        if holder is not None:
+            self._check_worker(caller, holder)
 
     def _check_tenants(self, caller: Caller, activities: list[Activity]) -> None:
         if caller.tenants is None:
@@ -323,15 +295,11 @@ class SchedulerAPI:
                     a.ordering_key, a.tenant, caller.tenants, kind="ordering", field="ordering_key"
                 )
 
-    def _tenant_of(self, activity_id: str) -> str | None:
-        a = self.node.core.activities.get(activity_id)
-        return a.tenant if a is not None else self._finished_tenants.get(activity_id)
-
     def _check_visible(self, caller: Caller, activity_id: str) -> None:
         """``NotFound``, as for an unknown id, when the activity is outside the caller's tenants."""
         if caller.tenants is None:
             return
-        tenant = self._tenant_of(activity_id)
+        tenant = self.reads.tenant_of(activity_id)
         if tenant is None or tenant not in caller.tenants:
             raise NotFound(f"unknown activity {activity_id!r}", activity_id=activity_id)
 
@@ -376,7 +344,7 @@ class SchedulerAPI:
             lambda now: cmd.Poll(now=now, worker_id=worker_id, max_items=max_items, start=start)
         )
         if arrived is None:
-            if worker_id not in self.node.core.registry.workers:
+            if not self.reads.knows_worker(worker_id):
                 return self._take(worker_id, max_items)  # Forgotten during the commit.
             # What was filed during the commit is in the mailbox or the revocations,
             # which the test below looks at; the event is for what comes later.
@@ -395,8 +363,7 @@ class SchedulerAPI:
         # Demand the poll did not use is withdrawn, so later work never goes to a
         # worker that is busy with this answer rather than polling (a CancelPoll
         # writes no records, so this costs no commit).
-        worker = self.node.core.registry.workers.get(worker_id)
-        if worker is not None and worker.demand:
+        if self.reads.worker_demand(worker_id):
             await self.node.execute(lambda now: cmd.CancelPoll(now=now, worker_id=worker_id))
         return self._take(worker_id, max_items)
 
@@ -503,21 +470,12 @@ class SchedulerAPI:
                 field="activities",
                 activity_ids=reserved[:10],
             )
-        core = self.node.core
-        unknown = [
-            a.activity_id
-            for a in activities
-            if a.activity_id not in core.activities and a.activity_id not in core.finished
-        ]
-        # Ids are never reused, even beyond the core's memory of finished ones.
-        if unknown:
-            taken = await self.node.store.existing_activity_ids(unknown)
-            if taken:
-                from wf.errors import AlreadyExists
-
-                raise AlreadyExists(
-                    f"activity ids already used: {sorted(taken)[:10]}", activity_ids=sorted(taken)
-                )
+        # Ids are never reused (the rule and where it looks: NodeReads.ids_in_use).
+        taken = await self.reads.ids_in_use(a.activity_id for a in activities)
+        if taken:
+            raise AlreadyExists(
+                f"activity ids already used: {sorted(taken)[:10]}", activity_ids=sorted(taken)
+            )
         batch = tuple(activities)
         outcome = await self.node.execute(lambda now: cmd.Submit(now=now, activities=batch))
         if any(type(d) is LeaseGranted for d in outcome.decisions):
@@ -537,15 +495,10 @@ class SchedulerAPI:
     async def get_activity(self, activity_id: str, caller: Caller) -> ActivityView:
         """An activity's current state (never ahead of what the store holds)."""
         self._check_visible(caller, activity_id)
-        await self.node.durable()
-        core = self.node.core
-        a = core.activities.get(activity_id)
-        if a is not None:
-            return ActivityView(activity=a)
-        state = core.finished.get(activity_id)
-        if state is None and not await self.node.store.existing_activity_ids([activity_id]):
+        read = await self.reads.activity(activity_id)
+        if read is None:
             raise NotFound(f"unknown activity {activity_id!r}", activity_id=activity_id)
-        return ActivityView(activity=None, finished_state=state)
+        return ActivityView(activity=read.activity, finished_state=read.finished_state)
 
     async def activity_history(
         self,
@@ -576,26 +529,20 @@ class SchedulerAPI:
         (``None`` on the last page); ``limit`` is 1-100. For a tenant-scoped caller:
         the workers that may serve its tenants, with leases of its tenants only.
 
-        Workers live in the core's memory: a page picks the ``limit + 1`` lowest
-        registration numbers after the cursor in one pass over the registry
-        (integer comparisons, no view built), then builds views for the page alone.
+        The page is read as committed (:meth:`~wf.node_reads.NodeReads.workers`:
+        refused while writes are stopped), ``limit + 1`` workers to know whether
+        another page follows.
         """
         limit = check_limit(limit)
         after = 0 if cursor is None else decode_cursor(cursor, _WORKERS, (int,))[0]
-        await self.node.durable()  # never ahead of the store (refused while writes stopped)
         scope = caller.tenants
-        candidates = (
-            w
-            for w in self.node.core.registry.workers.values()
-            if w.seq > after
-            and (scope is None or w.info.tenants is None or bool(w.info.tenants & scope))
-        )
-        chosen = heapq.nsmallest(limit + 1, candidates, key=lambda w: w.seq)
+        chosen = await self.reads.workers(after=after, limit=limit + 1, tenants=scope)
+        tenant_of = self.reads.tenant_of
         views: list[WorkerView] = []
         for w in chosen[:limit]:
-            leases = dict(w.leases)
+            leases = w.leases
             if scope is not None:
-                leases = {aid: t for aid, t in leases.items() if self._tenant_of(aid) in scope}
+                leases = {aid: t for aid, t in leases.items() if tenant_of(aid) in scope}
             views.append(
                 WorkerView(
                     info=w.info,
@@ -619,18 +566,15 @@ class SchedulerAPI:
                 "queue figures are cluster-wide; a tenant-scoped credential may not read them",
                 method="scheduler.queue.stats",
             )
-        await self.node.durable()  # never ahead of the store (refused while writes stopped)
-        core = self.node.core
+        figures = await self.reads.queue()  # as committed (refused while writes stopped)
         return QueueStats(
-            depth=core.queue.depth,
-            depth_by_partition=dict(core.queue.depth_by_partition),
-            running=core.running,
-            capacity=core.capacity,
-            delayed=len(core.timers),
-            backpressure=core.backpressure.level.value,
-            workers_active=sum(
-                1 for w in core.registry.workers.values() if w.status.value == "active"
-            ),
+            depth=figures.depth,
+            depth_by_partition=figures.depth_by_partition,
+            running=figures.running,
+            capacity=figures.capacity,
+            delayed=figures.delayed,
+            backpressure=figures.backpressure.value,
+            workers_active=figures.workers_by_status[WorkerStatus.ACTIVE],
         )
 
     # ------------------------------------------------------------ registration

@@ -23,7 +23,11 @@ before the server starts (see ``docs/observability.md``).
   ``wf.lease`` ends with the outcome (a lost or revoked lease ends it with
   an error status).
 
-Every span carries ``wf.correlation_id`` and ``wf.activity_id``.
+Every span carries ``wf.correlation_id`` and ``wf.activity_id``. The spans
+opened for a decision take the correlation id from it; the lease's children
+(start, renew, complete) from the node's committed activity facts
+(:meth:`~wf.node_reads.NodeReads.correlation_id`, which :func:`install`
+wires in), so tracing keeps no index of activities beside its open spans.
 
 Propagation to workers: the poll result carries, next to its leases,
 ``traceparents``: lease id -> W3C ``traceparent`` of that lease's
@@ -43,7 +47,7 @@ import contextvars
 import importlib
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from wf.node import SchedulerNode
@@ -133,8 +137,10 @@ class OtelTracing(Tracing):
         self._tracer = trace.get_tracer(TRACER_NAME)
         self._submits: dict[str, Any] = {}
         """Activity id -> context of its ``wf.submit`` span (parent of its other spans)."""
-        self._leases: dict[int, tuple[Any, Any, str]] = {}
-        """Token -> (``wf.lease`` span, its context, correlation id) of open leases."""
+        self._leases: dict[int, tuple[Any, Any]] = {}
+        """Token -> (``wf.lease`` span, its context) of open leases."""
+        self.correlation_id: Callable[[str], str] = lambda activity_id: ""
+        """An activity's correlation id (:func:`install` sets the node's)."""
 
     # ------------------------------------------------------------- helpers
 
@@ -145,7 +151,7 @@ class OtelTracing(Tracing):
         held = self._leases.get(token)
         if held is None:
             return
-        attributes["wf.correlation_id"] = held[2]
+        attributes["wf.correlation_id"] = self.correlation_id(attributes["wf.activity_id"])
         self._span(name, held[1], attributes).end()
 
     @contextlib.contextmanager
@@ -240,7 +246,7 @@ class OtelTracing(Tracing):
             evicted = leases.pop(oldest)[0]
             evicted.set_attribute("wf.evicted", True)
             evicted.end()
-        leases[lease.token] = (span, self._trace.set_span_in_context(span), d.correlation_id)
+        leases[lease.token] = (span, self._trace.set_span_in_context(span))
 
     def _transition(self, r: Transition) -> None:
         to_state = r.to_state
@@ -294,5 +300,7 @@ def make_tracing(config: ObservabilityConfig) -> Tracing:
 def install(tracing: Tracing, node: SchedulerNode, scheduler: SchedulerAPI) -> None:
     """Wire an enabled tracing into a node and the poll results (nothing when it is off)."""
     if tracing.enabled:
+        if isinstance(tracing, OtelTracing):
+            tracing.correlation_id = node.reads.correlation_id
         node.listeners.append(tracing.on_outcome)
         scheduler.trace_context = tracing.traceparent

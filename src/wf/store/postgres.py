@@ -6,9 +6,9 @@ Everything lives in one PostgreSQL schema (``search_path`` is set on every
 connection), so several stores can share a database and a test can drop its
 schema afterwards.
 
-*Migrations.* :meth:`PostgresStore.open` creates the schema and applies the
-files of ``sql/postgres/`` in one transaction that first takes
-``pg_advisory_xact_lock`` on a key derived from the schema name: two nodes
+*Migrations* (:mod:`wf.store.postgres_schema`). :meth:`PostgresStore.open`
+creates the schema and applies the files of ``sql/postgres/`` in one
+transaction under an advisory lock derived from the schema name: two nodes
 starting at once serialize, and the second finds nothing left to do. A schema
 newer than this code is refused (:class:`~wf.errors.CorruptRecord`).
 
@@ -59,33 +59,22 @@ later write as owner is refused the same way, and
 A store without ownership (tooling, tests) passes no epoch: its writes only
 advance the sequence, which fences an owner that did not see them.
 
-*Reads* use a connection pool: :meth:`load` reads in one ``REPEATABLE READ``
-read-only transaction (a consistent snapshot) with a binary server-side
-cursor fetched in chunks of :data:`LOAD_FETCH_ROWS`. Malformed rows come back
-as diagnostics and are left out (fail closed).
-
-*Recovery's load* is built for 10^6 live activities (see :func:`_live_activities`):
-the scan reads seven narrow columns, the server folds the state and "never
-leased" test into one small integer, a chunk of spec blobs is decoded by one
-msgspec call, and the next chunk is already requested while this one is
-decoded (the server produces it meanwhile). Every row off that path (ever
-leased, unknown state, spec not decodable or naming another activity) is
-re-read whole afterwards and decoded by :func:`wf.store.rows.activity_from_row`,
-the one decoder :meth:`check` also uses, so its value or diagnostic is
-exactly the row-by-row one.
+*Reads* use a connection pool. :meth:`load` and :meth:`check` read in one
+``REPEATABLE READ`` read-only transaction (a consistent snapshot); recovery's
+load, built for 10^6 live activities, and the store check are
+:mod:`wf.store.postgres_load`. Malformed rows come back as diagnostics and
+are left out (fail closed).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, TypeVar
 
-import msgspec
 import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
@@ -94,20 +83,20 @@ from wf.errors import (
     CorruptRecord,
     Internal,
     InvalidArgument,
-    NotFound,
     OwnershipConflict,
     OwnershipLost,
     StoreUnavailable,
 )
-from wf.scheduler.model import TERMINAL_STATES, Activity, ActivityState
 from wf.scheduler.outputs import Record
 from wf.store import check as checks
-from wf.store import codec, rows
+from wf.store import codec, postgres_schema
 from wf.store.catalog import DrivenCatalog
+from wf.store.postgres_load import IDS_PER_QUERY_MAX, Conn, check_store, load_state
+from wf.store.postgres_schema import lock_key
+from wf.store.postgres_schema import migration_lock_key as migration_lock_key
 from wf.store.protocol import Diagnostic, OwnerInfo, StoredState
 from wf.store.query import Body, Query, Result, first, sql_of
 
-Conn: TypeAlias = psycopg.AsyncConnection[tuple[Any, ...]]
 _Phase: TypeAlias = Literal["new", "opening", "open", "closing", "closed"]
 _T = TypeVar("_T")
 
@@ -115,10 +104,6 @@ WRITE_BATCH_STEPS_MAX: Final = 20_000
 """Most SQL steps in one group-commit transaction (one append is never split)."""
 APPEND_QUEUE_MAX: Final = 4_096
 """Most appends waiting for the writer; further callers wait to enqueue."""
-LOAD_FETCH_ROWS: Final = 10_000
-"""Rows per fetch from a server-side cursor."""
-IDS_PER_QUERY_MAX: Final = 10_000
-"""Most ids in one ``= ANY(...)`` lookup."""
 WRITE_ATTEMPTS_MAX: Final = 2
 """Sends of one group: a second only when the session broke before COMMIT was sent."""
 CONNECT_TIMEOUT_S: Final = 10
@@ -137,19 +122,7 @@ HOLDER_READ_PAUSE_S: Final = 0.02
 _SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 # PostgreSQL-only statements (advisory locks, arrays, the owner label).
-_BOOTSTRAP: Final = """
-CREATE TABLE IF NOT EXISTS schema_migrations (
-    version    INTEGER PRIMARY KEY,
-    name       TEXT NOT NULL,
-    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-)"""
-_SELECT_MIGRATIONS: Final = "SELECT version, name FROM schema_migrations ORDER BY version"
-_INSERT_MIGRATION: Final = "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)"
 _SELECT_VERSION: Final = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations"
-_SELECT_TABLES: Final = (
-    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname"
-)
 _TRY_LOCK: Final = "SELECT pg_try_advisory_lock(%s::bigint)"
 _UNLOCK: Final = "SELECT pg_advisory_unlock(%s::bigint)"
 _UPSERT_OWNER: Final = """
@@ -169,35 +142,6 @@ SELECT o.host, o.pid, o.since, o.backend_pid IS NOT DISTINCT FROM (
 ) AS current
 FROM owner o WHERE o.id = 1"""
 _SELECT_EXISTING: Final = "SELECT activity_id FROM activities WHERE activity_id = ANY(%s)"
-_SELECT_ALL_ACTIVITIES: Final = """
-SELECT activity_id, seq, spec, state, attempt, failures, infra_requeues, steals, token,
-       worker_id, lease_expires_at, not_before, queued_at, last_error, submitted_at
-FROM activities ORDER BY seq"""
-_SELECT_ACTIVITIES_BY_ID: Final = """
-SELECT activity_id, seq, spec, state, attempt, failures, infra_requeues, steals, token,
-       worker_id, lease_expires_at, not_before, queued_at, last_error, submitted_at
-FROM activities WHERE activity_id = ANY(%s) ORDER BY seq"""
-_LIVE_STATES: Final = tuple(s for s in ActivityState if s not in TERMINAL_STATES)
-_TERMINAL_VALUES: Final = frozenset(s.value for s in TERMINAL_STATES)
-_SELECT_LIVE: Final = (
-    "SELECT activity_id, seq, spec, CASE WHEN attempt = 0 AND failures = 0 "
-    "AND infra_requeues = 0 AND steals = 0 AND token = 0 AND worker_id IS NULL "
-    "AND last_error IS NULL AND float8send(lease_expires_at) = '\\x0000000000000000'::bytea "
-    "THEN CASE state "
-    + " ".join(f"WHEN '{s.value}' THEN {i}" for i, s in enumerate(_LIVE_STATES))
-    + " END END AS kind, not_before, queued_at, submitted_at "
-    "FROM activities WHERE state NOT IN ('completed', 'failed', 'cancelled') ORDER BY seq"
-)
-"""Unfinished activities in creation order (the ``activities_live`` index: the WHERE
-clause must stay the index's), for recovery: seven narrow columns instead of fifteen.
-
-``kind`` is the index of the state in :data:`_LIVE_STATES` when every lease-driven
-column (attempt, failures, requeues, steals, token, worker, expiry, last error)
-still holds its default, exactly as in a never-leased activity (the expiry
-bit-for-bit +0.0, so that the value set in its place is the very same);
-``NULL`` otherwise, or when the state is unknown. A ``NULL`` kind sends the row
-to the slow path (:data:`_SELECT_ACTIVITIES_BY_ID`, whole and by id)."""
-_activity_list_decoder: Final = msgspec.msgpack.Decoder(list[Activity])
 _FENCE: Final = "SELECT fence_advance(%s, %s), pg_current_xact_id()::text"
 """The write fence (first statement of every write transaction) and the transaction's
 id (to resolve a commit whose reply was lost)."""
@@ -207,19 +151,9 @@ FENCE_SQLSTATE: Final = "WF001"
 _XACT_STATUS: Final = "SELECT pg_xact_status(%s::xid8)"
 
 
-def _lock_key(purpose: str, schema: str) -> int:
-    digest = hashlib.blake2b(f"wf:{purpose}:{schema}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
 def ownership_lock_key(schema: str) -> int:
     """The session advisory-lock key that proves ownership of ``schema``'s store."""
-    return _lock_key("owner", schema)
-
-
-def migration_lock_key(schema: str) -> int:
-    """The transaction advisory-lock key that serializes migrations of ``schema``."""
-    return _lock_key("migrate", schema)
+    return lock_key("owner", schema)
 
 
 def writer_application_name(schema: str) -> str:
@@ -326,9 +260,9 @@ class PostgresStore(DrivenCatalog):
         try:
             self._wconn = await self._connect_writer()
             if self.create:
-                await self._migrate(self._wconn)
+                await postgres_schema.migrate(self._wconn, self._schema)
             else:
-                await self._verify(self._wconn)
+                await postgres_schema.verify(self._wconn, self._schema)
             await self._pool.open(wait=True, timeout=POOL_TIMEOUT_S)
         except psycopg.Error as exc:
             await self._discard_connections()
@@ -388,69 +322,9 @@ class PostgresStore(DrivenCatalog):
             raise
         return conn
 
-    async def _migrate(self, conn: Conn) -> None:
-        known = codec.migrations("postgres")
-        newest = known[-1][0]
-        async with conn.transaction():
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(%s::bigint)", [migration_lock_key(self._schema)]
-            )
-            tables = await self._tables(conn)
-            if tables and "schema_migrations" not in tables:
-                raise self._foreign(tables)
-            await conn.execute(
-                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
-            )
-            await conn.execute(_BOOTSTRAP)
-            cur = await conn.execute(_SELECT_MIGRATIONS)
-            applied: dict[int, str] = {int(v): str(n) for v, n in await cur.fetchall()}
-            checks.verify_migrations(applied, known, self._where, pending_ok=True)
-            if applied and max(applied) > newest:
-                raise CorruptRecord(
-                    f"schema {self._schema!r} is at version {max(applied)}, newer than this "
-                    f"wf understands ({newest}); upgrade wf",
-                    schema=self._schema,
-                    version=max(applied),
-                    known=newest,
-                )
-            for version, name, text in known:
-                if version in applied:
-                    continue
-                await conn.execute(text)
-                await conn.execute(_INSERT_MIGRATION, [version, name])
-
     @property
     def _where(self) -> str:
-        return f"PostgreSQL schema {self._schema!r}"
-
-    async def _tables(self, conn: Conn) -> list[str]:
-        """The tables of this store's schema (none: the schema is empty or missing)."""
-        cur = await conn.execute(_SELECT_TABLES, [self._schema])
-        return [str(name) for (name,) in await cur.fetchall()]
-
-    def _foreign(self, tables: list[str]) -> CorruptRecord:
-        held = ", ".join(tables[:5])
-        return CorruptRecord(
-            f"store {self._where} holds tables but no wf store (no schema_migrations "
-            f"table; it holds {held})",
-            schema=self._schema,
-        )
-
-    async def _verify(self, conn: Conn) -> None:
-        """``create=False``: the schema must hold a wf store at this code's version;
-        nothing is created or migrated (NotFound if there is no store at all)."""
-        tables = await self._tables(conn)
-        if not tables:
-            raise NotFound(
-                f"no store in {self._where}: the schema does not exist or is empty",
-                schema=self._schema,
-            )
-        if "schema_migrations" not in tables:
-            raise self._foreign(tables)
-        cur = await conn.execute(_SELECT_MIGRATIONS)
-        applied = {int(v): str(n) for v, n in await cur.fetchall()}
-        known = codec.migrations("postgres")
-        checks.verify_migrations(applied, known, self._where, pending_ok=False)
+        return postgres_schema.where(self._schema)
 
     async def schema_version(self) -> int:
         """The highest applied migration version."""
@@ -940,49 +814,14 @@ class PostgresStore(DrivenCatalog):
             raise StoreUnavailable(f"read failed: {exc}", schema=self._schema) from exc
 
     async def load(self, *, finished_max: int = 100_000) -> StoredState:
-        """The durable state, read from one consistent snapshot."""
+        """The durable state, read from one consistent snapshot
+        (:func:`wf.store.postgres_load.load_state`)."""
         self._require_open()
         if finished_max < 0:
             raise InvalidArgument("finished_max must not be negative", finished_max=finished_max)
-        queries = codec.postgres_queries()
-        diagnostics: list[Diagnostic] = []
         async with self._reading() as conn, conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            cur = await conn.execute(queries["select_counters"])
-            counters = rows.counters_from_rows(await cur.fetchall(), diagnostics)
-            # Recovery refuses a rewound counter (wf.store.check).
-            cur = await conn.execute(queries[checks.COUNTERS_QUERY])
-            diagnostics.extend(checks.counters_behind(await cur.fetchall(), self._where))
-            activities = await _live_activities(conn, diagnostics)
-            cur = await conn.execute(queries["select_recent_finished"], {"limit": finished_max})
-            finished = _finished(await cur.fetchall(), diagnostics)
-            cur = await conn.execute(queries["select_workers"], binary=True)
-            workers = rows.decode_all(await cur.fetchall(), rows.worker_from_row, diagnostics)
-        return StoredState(
-            seq=counters["seq"],
-            token=counters["token"],
-            worker_seq=counters["worker_seq"],
-            activities=activities,
-            finished=finished,
-            workers=workers,
-            diagnostics=diagnostics,
-        )
-
-    async def _scan_activities(
-        self, conn: Conn, query: str, diagnostics: list[Diagnostic]
-    ) -> list[Activity]:
-        """Decode activity rows chunk by chunk from a binary server-side cursor."""
-        activities: list[Activity] = []
-        async with conn.cursor(name="wf_scan_activities", binary=True) as cur:
-            await cur.execute(query)
-            while chunk := await cur.fetchmany(LOAD_FETCH_ROWS):
-                for row in chunk:
-                    decoded = rows.activity_from_row(row)
-                    if isinstance(decoded, Diagnostic):
-                        diagnostics.append(decoded)
-                    else:
-                        activities.append(decoded)
-        return activities
+            return await load_state(conn, finished_max, self._where)
 
     async def existing_activity_ids(self, ids: Sequence[str]) -> set[str]:
         """Which of ``ids`` were ever stored."""
@@ -1003,153 +842,9 @@ class PostgresStore(DrivenCatalog):
         and decoded (catalog bodies by ``bodies``; see :mod:`wf.store.check`): a table
         PostgreSQL reports damaged (SQLSTATE class XX) is a ``damaged`` diagnostic."""
         self._require_open()
-        queries = codec.postgres_queries()
-        record = checks.RecordCheck(bodies, self._where)
-        found = record.found
         async with self._reading() as conn, conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            for name, to_diagnostic in rows.CHECKS:
-                cur = await conn.execute(queries[name])
-                # Sorted by the row's key so that the report reads the same every time.
-                for row in sorted(await cur.fetchall(), key=lambda r: r[0]):
-                    diagnostic = to_diagnostic(row)
-                    if diagnostic is not None:
-                        found.append(diagnostic)
-            await self._scan_activities(conn, _SELECT_ALL_ACTIVITIES, found)
-            cur = await conn.execute(queries["select_workers"], binary=True)
-            rows.decode_all(await cur.fetchall(), rows.worker_from_row, found)
-            for scan in checks.SCANS:
-                await _scan_table(conn, scan, record)
-        return found
-
-
-def _finished(
-    fetched: list[tuple[Any, ...]], diagnostics: list[Diagnostic]
-) -> list[tuple[str, ActivityState]]:
-    """``select_recent_finished`` rows, oldest first; an unknown state is reported."""
-    finished: list[tuple[str, ActivityState]] = []
-    for aid, state in reversed(fetched):
-        if state not in _TERMINAL_VALUES:
-            diagnostics.append(
-                Diagnostic(
-                    kind="malformed_row",
-                    table="transitions",
-                    key=str(aid),
-                    message=f"transitions row {aid!r}: unknown terminal state {state!r}",
-                )
-            )
-            continue
-        finished.append((str(aid), ActivityState(state)))
-    return finished
-
-
-async def _scan_table(conn: Conn, scan: checks.Scan, record: checks.RecordCheck) -> None:
-    """Read and decode one whole table for ``check``, in a savepoint so that a table
-    PostgreSQL reports damaged (class XX) is reported and the check goes on."""
-    try:
-        async with conn.transaction():
-            cursor = conn.cursor(name=f"wf_check_{scan.table}", binary=True)
-            async with cursor as cur:
-                await cur.execute(scan.sql)
-                while chunk := await cur.fetchmany(LOAD_FETCH_ROWS):
-                    record.rows(scan.table, chunk)
-    except psycopg.Error as exc:
-        if not (exc.sqlstate or "").startswith("XX"):
-            raise
-        record.damaged(scan.table, exc)
-
-
-async def _live_activities(conn: Conn, diagnostics: list[Diagnostic]) -> list[Activity]:
-    """Unfinished activities in ``seq`` order, read for recovery (see :data:`_SELECT_LIVE`).
-
-    The hot path (10^6 queued, never-leased activities) costs one seven-column
-    row from the binary cursor, one slice of a single msgspec decode call, two
-    identity comparisons and twelve attribute stores per activity: the same
-    values :func:`wf.store.rows.activity_from_row` would give, because a fast
-    row's lease-driven columns are known to hold the defaults stored here. The
-    next chunk is requested before this one is decoded, so the server produces
-    it meanwhile (one round trip per chunk instead of a wait per chunk).
-
-    Every other row (``kind`` NULL, a spec that does not decode or names
-    another activity or seq) keeps its place and is re-read whole, by id and in
-    ``seq`` order, afterwards in the same snapshot and decoded by
-    :func:`~wf.store.rows.activity_from_row`: the very value, or the very
-    diagnostic (in the same order), that the row-by-row load gave.
-    """
-    out: list[Activity | None] = []
-    slow: dict[str, int] = {}
-    """Activity id -> its place in ``out`` (``None`` there until re-read)."""
-    append = out.append
-    state_of = _LIVE_STATES
-    async with conn.cursor(name="wf_load_live", binary=True) as cur:
-        await cur.execute(_SELECT_LIVE)
-        pending = asyncio.ensure_future(cur.fetchmany(LOAD_FETCH_ROWS))
-        try:
-            while batch := await pending:
-                pending = asyncio.ensure_future(cur.fetchmany(LOAD_FETCH_ROWS))
-                await asyncio.sleep(0)  # the task sends its FETCH before this chunk is decoded
-                decoded = _decode_specs([row[2] for row in batch])
-                for row, a in zip(batch, decoded, strict=True):
-                    aid, seq, _spec, kind, not_before, queued_at, submitted_at = row
-                    if kind is None or a is None or a.activity_id != aid or a.seq != seq:
-                        slow[aid] = len(out)
-                        append(None)
-                        continue
-                    a.state = state_of[kind]
-                    a.attempt = a.failures = a.infra_requeues = a.steals = a.token = 0
-                    a.worker_id = a.last_error = None
-                    a.lease_expires_at = 0.0
-                    a.not_before = not_before
-                    a.queued_at = queued_at
-                    a.submitted_at = submitted_at
-                    append(a)
-        finally:
-            if not pending.done():  # left early (cancelled, failed): settle the FETCH
-                pending.cancel()
-                await asyncio.wait([pending])
-            if not pending.cancelled():
-                pending.exception()  # retrieved (raised, if at all, by the await above)
-    if not slow:
-        return out  # type: ignore[return-value]  # no None left in it
-    ids = list(slow)
-    filled = 0
-    for start in range(0, len(ids), IDS_PER_QUERY_MAX):
-        cur2 = await conn.execute(
-            _SELECT_ACTIVITIES_BY_ID, [ids[start : start + IDS_PER_QUERY_MAX]], binary=True
-        )
-        for row in await cur2.fetchall():
-            decoded_row = rows.activity_from_row(row)
-            if isinstance(decoded_row, Diagnostic):
-                diagnostics.append(decoded_row)
-            else:
-                out[slow[row[0]]] = decoded_row
-                filled += 1
-    if filled == len(slow):
-        return out  # type: ignore[return-value]  # every None was replaced
-    return [a for a in out if a is not None]
-
-
-def _decode_specs(specs: list[bytes]) -> list[Activity | None]:
-    """Every blob of a chunk decoded in one msgspec call; if any is malformed, one by
-    one, ``None`` for each that is not an Activity (its row takes the slow path)."""
-    n = len(specs)
-    try:
-        decoded: list[Activity | None] = list(
-            _activity_list_decoder.decode(b"\xdd" + n.to_bytes(4, "big") + b"".join(specs))
-        )
-    except (msgspec.DecodeError, TypeError, ValueError):
-        pass
-    else:
-        if len(decoded) == n:
-            return decoded
-    return [_decode_one(spec) for spec in specs]
-
-
-def _decode_one(spec: bytes) -> Activity | None:
-    try:
-        return codec.activity_decoder.decode(spec)
-    except (msgspec.DecodeError, TypeError, ValueError):
-        return None
+            return await check_store(conn, bodies, self._where)
 
 
 async def _execute(conn: Conn, query: Query) -> Result:

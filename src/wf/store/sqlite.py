@@ -73,7 +73,8 @@ not a power cut; use it only where the machine itself is expendable.
 *Reads* (:meth:`~SQLiteStore.load`, :meth:`~SQLiteStore.history`,
 :meth:`~SQLiteStore.check` ...) use a second, read-only connection in a
 worker thread; WAL lets them run beside the writer, each on one consistent
-snapshot. Small :meth:`~SQLiteStore.existing_activity_ids` lookups (every
+snapshot; recovery's load and the store check are :mod:`wf.store.sqlite_load`.
+Small :meth:`~SQLiteStore.existing_activity_ids` lookups (every
 submission makes one) skip the thread: they run on the event-loop thread that
 opened the store, on a third read-only connection only that thread uses
 (see :data:`INLINE_LOOKUP_IDS_MAX`). Recovery's load is built for 10^6 live
@@ -81,59 +82,49 @@ activities: ``activities`` is stored in ``seq`` (rowid) order, spec blobs are
 compact (defaults omitted), a chunk of blobs is decoded by one msgspec call,
 and the lease-driven columns are read only for activities that were ever leased.
 
-*Migrations* are the files of ``sql/sqlite/`` (``NNNN_name.sql``), applied
-in order at :meth:`~SQLiteStore.open`, each in one transaction together with
-its row in ``schema_migrations(version, name, applied_at)``. A database
-whose schema is newer than this code is refused (:class:`CorruptRecord`).
-
-*Opening.* A store is new only where ``scheduler.db`` does not exist: then
-it is built whole under a private name (all migrations applied, fsynced)
-and hard-linked into place, so a ``scheduler.db`` never exists half made.
-Any ``scheduler.db`` that does exist must therefore already be a wf store,
-and :meth:`~SQLiteStore.open` checks that before SQLite may change it: an
-empty file (once taken for a new store: everything silently gone), a file
-that is not SQLite, an SQLite database without wf's ``schema_migrations``
-(another application's), or one SQLite calls damaged is refused with one
-:class:`CorruptRecord` line naming the file. ``create=False`` (``wf store
-check``) never creates a folder or a file and never migrates: a missing store
-is :class:`~wf.errors.NotFound`. A store whose counters were rewound is
-refused later, by recovery (:mod:`wf.store.check`).
+*Opening* (:mod:`wf.store.sqlite_files`): a store is new only where
+``scheduler.db`` does not exist, and is then built whole under a private name
+and linked into place; any ``scheduler.db`` that exists must already be a wf
+store, and one that is empty, not SQLite, another application's or damaged is
+refused with one :class:`CorruptRecord` line naming the file, before SQLite
+may change it. Pending migrations (``sql/sqlite/``) are applied at
+:meth:`~SQLiteStore.open`; a schema newer than this code is refused.
+``create=False`` (``wf store check``) never creates a folder or a file and
+never migrates: a missing store is :class:`~wf.errors.NotFound`. A store
+whose counters were rewound is refused later, by recovery
+(:mod:`wf.store.check`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
-import operator
 import os
 import queue
 import sqlite3
 import threading
-import urllib.parse
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
-import msgspec
-
 from wf.errors import CorruptRecord, NotFound, OwnershipLost, StoreUnavailable, WfError
-from wf.scheduler.model import TERMINAL_STATES, Activity, ActivityState
 from wf.scheduler.outputs import Record
 from wf.store import check as checks
-from wf.store import codec, rows
+from wf.store import codec
+from wf.store import sqlite_files as files
 from wf.store.catalog import DrivenCatalog
 from wf.store.lock import FileOwnershipLock
-from wf.store.protocol import Diagnostic, OwnerInfo, StoredState, StoredWorker
+from wf.store.protocol import Diagnostic, OwnerInfo, StoredState
 from wf.store.query import Body, Query, Result, finish, first, sql_of
+from wf.store.sqlite_files import BUSY_TIMEOUT_MS, DB_NAME
+from wf.store.sqlite_load import ID_CHUNK_MAX, check_store, load_state
 
 _T = TypeVar("_T")
 
 Durability = Literal["fsync", "process"]
 """``fsync``: survives power loss; ``process``: survives a process crash only."""
 
-DB_NAME: Final = "scheduler.db"
 LOCK_NAME: Final = "scheduler.lock"
 
 BATCH_STEPS_MAX: Final = 50_000
@@ -145,12 +136,6 @@ INLINE_COMMIT_STEPS_MAX: Final = 64
 module docstring): a few rows, so the event loop stalls far less than a hop costs."""
 APPENDS_WAITING_MAX: Final = 4_096
 """Most appends queued for the writer; further callers wait for a slot first."""
-FETCH_ROWS_MAX: Final = 20_000
-"""Rows fetched per ``fetchmany`` while loading or scanning."""
-ID_CHUNK_MAX: Final = 500
-"""Ids per ``IN (...)`` query (SQLite's bound-parameter limit is far higher)."""
-BUSY_TIMEOUT_MS: Final = 5_000
-"""How long a connection waits for a lock held by another connection."""
 READ_MMAP_BYTES: Final = 256 * 1024 * 1024
 """Memory-mapped I/O for the read connection (faster full scans during recovery)."""
 WAL_SIZE_LIMIT_BYTES: Final = 64 * 1024 * 1024
@@ -170,27 +155,6 @@ INLINE_BUSY_TIMEOUT_MS: Final = 0
 """The inline connection never waits for a lock: it must not stall the event loop.
 WAL readers meet a lock only in rare moments (another connection rebuilding the
 WAL index); a lookup that meets one retries on the thread path, which may wait."""
-
-SQLITE_HEADER: Final = b"SQLite format 3\x00"
-"""The first 16 bytes of every SQLite database file."""
-_MIGRATIONS: Final = "schema_migrations"
-_DAMAGE: Final = (sqlite3.DatabaseError, UnicodeDecodeError)
-"""What reading a damaged file raises (a text that is not UTF-8 comes back as
-UnicodeDecodeError, not as an SQLite error)."""
-_SQLITE_CORRUPT: Final = 11
-_SQLITE_NOTADB: Final = 26
-"""Primary SQLite result codes of a damaged file and of a file that is not a database."""
-
-_MIGRATIONS_TABLE: Final = """
-CREATE TABLE IF NOT EXISTS schema_migrations (
-    version    INTEGER PRIMARY KEY,
-    name       TEXT NOT NULL,
-    applied_at TEXT NOT NULL
-)"""
-_NOW_SQL: Final = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
-
-_STATES: Final = {s.value: s for s in ActivityState}
-_activity_list_decoder: Final = msgspec.msgpack.Decoder(list[Activity])
 
 
 class _Pending:
@@ -315,7 +279,7 @@ class SQLiteStore(DrivenCatalog):
         try:
             await asyncio.to_thread(self._open_sync)
         except (sqlite3.Error, UnicodeDecodeError) as exc:
-            raise self._refusal(exc) from exc
+            raise files.refusal(exc, self.db_path) from exc
         except OSError as exc:
             raise StoreUnavailable(
                 f"cannot open store {self.db_path}: {exc.strerror or exc}", path=str(self.db_path)
@@ -366,7 +330,7 @@ class SQLiteStore(DrivenCatalog):
         if self.create:
             self.root.mkdir(parents=True, exist_ok=True)
             if not os.path.lexists(self.db_path):
-                self._create_db()
+                files.create(self.root)
         elif not self.root.is_dir():
             raise NotFound(
                 f"no store at {self.root}: the folder does not exist", path=str(self.root)
@@ -375,7 +339,7 @@ class SQLiteStore(DrivenCatalog):
             raise NotFound(
                 f"no store at {self.root}: it holds no {DB_NAME}", path=str(self.db_path)
             )
-        self._inspect()
+        files.inspect(self.db_path)
         write = self._connect()
         read: sqlite3.Connection | None = None
         try:
@@ -386,9 +350,9 @@ class SQLiteStore(DrivenCatalog):
             # The writer thread checkpoints between commits, never a commit (module doc).
             write.execute("PRAGMA wal_autocheckpoint=0")
             if self.create:
-                self._migrate(write)
+                files.migrate(write, str(self.db_path))
             else:
-                self._require_current(write)
+                files.require_current(write, str(self.db_path))
             read = self._connect()
             read.execute("PRAGMA query_only=ON")
             read.execute(f"PRAGMA mmap_size={READ_MMAP_BYTES}")
@@ -401,90 +365,6 @@ class SQLiteStore(DrivenCatalog):
         self._write = write
         self._read = read
         self._checkpointing = checkpointing
-
-    def _create_db(self) -> None:
-        """A new store's database, built whole under a private name and linked into
-        place: ``scheduler.db`` never exists half made, so an empty or partial one is
-        always damage, never a store being created (see *Opening*)."""
-        fresh = self.root / f".{DB_NAME}.{os.getpid()}.{threading.get_ident()}.new"
-        private = (fresh, fresh.with_name(fresh.name + "-journal"))
-        for leftover in private:
-            leftover.unlink(missing_ok=True)
-        try:
-            conn = sqlite3.connect(fresh, isolation_level=None)
-            try:
-                conn.execute("PRAGMA synchronous=FULL")
-                self._migrate(conn)
-            finally:
-                conn.close()
-            fd = os.open(fresh, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            _link_new(fresh, self.db_path)
-            _fsync_dir(self.root)
-        finally:
-            for leftover in private:
-                leftover.unlink(missing_ok=True)
-
-    def _inspect(self) -> None:
-        """Refuse a ``scheduler.db`` that is not a wf store, before SQLite may change it:
-        empty, not SQLite, another application's database, or damaged."""
-        path = self.db_path
-        with open(path, "rb") as file:
-            header = file.read(len(SQLITE_HEADER))
-        if not header:
-            raise CorruptRecord(
-                f"store file {path} is empty (0 bytes), not a wf store; a new store is "
-                f"created only where no {DB_NAME} exists: restore it or move it away",
-                path=str(path),
-            )
-        if header != SQLITE_HEADER:
-            raise CorruptRecord(
-                f"store file {path} is not an SQLite database, not a wf store", path=str(path)
-            )
-        uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode=rw"
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
-        try:
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            tables = {
-                str(name)
-                for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-            if _MIGRATIONS not in tables:
-                held = ", ".join(sorted(tables)[:5]) or "no tables"
-                raise CorruptRecord(
-                    f"store file {path} is an SQLite database but not a wf store "
-                    f"(no {_MIGRATIONS} table; it holds {held})",
-                    path=str(path),
-                )
-            try:
-                applied = conn.execute(f"SELECT version, name FROM {_MIGRATIONS}").fetchall()
-            except sqlite3.OperationalError as exc:
-                raise CorruptRecord(
-                    f"store file {path} is an SQLite database but not a wf store ({exc})",
-                    path=str(path),
-                ) from exc
-            if not applied and tables - {_MIGRATIONS}:
-                raise CorruptRecord(
-                    f"store file {path} is an SQLite database but not a wf store "
-                    f"(tables without recorded migrations)",
-                    path=str(path),
-                )
-        finally:
-            conn.close()
-
-    def _refusal(self, exc: sqlite3.Error | UnicodeDecodeError) -> WfError:
-        """The error :meth:`open` raises for an SQLite error: damage names the file."""
-        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-        if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or isinstance(exc, UnicodeDecodeError):
-            return CorruptRecord(
-                f"store file {self.db_path} is damaged: {exc}", path=str(self.db_path)
-            )
-        return StoreUnavailable(
-            f"cannot open store file {self.db_path}: {exc}", path=str(self.db_path)
-        )
 
     def _open_inline(self) -> None:
         """Connect the inline lookup connection on this (the event-loop) thread.
@@ -515,53 +395,6 @@ class SQLiteStore(DrivenCatalog):
             )
         conn.execute("PRAGMA foreign_keys=ON")
         return conn
-
-    def _migrate(self, conn: sqlite3.Connection) -> None:
-        """Apply every pending migration, each with its ``schema_migrations`` row."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(_MIGRATIONS_TABLE)
-            applied = dict(conn.execute("SELECT version, name FROM schema_migrations"))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        known = self._known_migrations(applied)
-        for version, name, sql in known:
-            if version in applied:
-                continue
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                # Another process may have applied it while we waited for the lock.
-                row = conn.execute(
-                    "SELECT 1 FROM schema_migrations WHERE version = ?", (version,)
-                ).fetchone()
-                if row is None:
-                    for statement in _statements(sql):
-                        conn.execute(statement)
-                    conn.execute(
-                        "INSERT INTO schema_migrations (version, name, applied_at) "
-                        f"VALUES (?, ?, {_NOW_SQL})",
-                        (version, name),
-                    )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-
-    def _require_current(self, conn: sqlite3.Connection) -> None:
-        """Refuse a store whose schema is not exactly this code's (``create=False``
-        never migrates)."""
-        applied = dict(conn.execute("SELECT version, name FROM schema_migrations"))
-        known = codec.migrations("sqlite")
-        checks.verify_migrations(applied, known, str(self.db_path), pending_ok=False)
-
-    def _known_migrations(self, applied: dict[int, str]) -> list[tuple[int, str, str]]:
-        """This code's migrations, once ``applied`` is known to be a prefix of them
-        (CorruptRecord otherwise)."""
-        known = codec.migrations("sqlite")
-        checks.verify_migrations(applied, known, str(self.db_path), pending_ok=True)
-        return known
 
     async def close(self) -> None:
         """Flush pending appends, stop the writer, release ownership, disconnect."""
@@ -870,7 +703,7 @@ class SQLiteStore(DrivenCatalog):
         if finished_max < 0:
             raise ValueError("finished_max must not be negative")
         where = str(self.db_path)
-        state: StoredState = await self._reading(lambda c: _load(c, finished_max, where))
+        state: StoredState = await self._reading(lambda c: load_state(c, finished_max, where))
         return state
 
     async def existing_activity_ids(self, ids: Sequence[str]) -> set[str]:
@@ -944,7 +777,7 @@ class SQLiteStore(DrivenCatalog):
             with self._read_lock:
                 conn.execute("BEGIN")
                 try:
-                    found = _check(conn, bodies, where)
+                    found = check_store(conn, bodies, where)
                 except BaseException:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("COMMIT")
@@ -970,32 +803,6 @@ class SQLiteStore(DrivenCatalog):
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def _link_new(fresh: Path, target: Path) -> None:
-    """Put ``fresh`` in place as ``target`` unless ``target`` exists by now.
-
-    A hard link, not a rename: a store another process created meanwhile is kept,
-    never replaced by an empty one. A file system without hard links gets a rename
-    after a last look (the window is the two calls)."""
-    try:
-        os.link(fresh, target)
-    except FileExistsError:
-        return
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
-            raise
-        if not os.path.lexists(target):
-            os.rename(fresh, target)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a new directory entry in ``folder`` durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -1080,292 +887,3 @@ def _settle(batch: list[_Pending], failure: str | None) -> None:
             continue
         with contextlib.suppress(RuntimeError):  # that loop is already closed
             loop.call_soon_threadsafe(resolve)
-
-
-def _statements(sql: str) -> Iterable[str]:
-    """The complete statements of a migration script (executescript would commit)."""
-    buffer = ""
-    for line in sql.splitlines(keepends=True):
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            statement = buffer.strip()
-            buffer = ""
-            if statement:
-                yield statement
-    if buffer.strip() and not all(
-        ln.strip().startswith("--") or not ln.strip() for ln in buffer.splitlines()
-    ):
-        raise CorruptRecord("migration ends with an incomplete statement", tail=buffer[:200])
-
-
-def _malformed(table: str, key: str, what: str, activity_id: str | None) -> Diagnostic:
-    blocked = "; the activity is blocked" if activity_id is not None else ""
-    return Diagnostic(
-        kind="malformed_row",
-        table=table,
-        key=key,
-        message=f"{table} row {key!r}: {what}{blocked}",
-        activity_id=activity_id,
-    )
-
-
-def _decode_specs(specs: list[bytes]) -> list[Activity | None] | None:
-    """Every blob of a chunk decoded in one call; ``None`` if any is malformed."""
-    n = len(specs)
-    try:
-        decoded: list[Activity | None] = list(
-            _activity_list_decoder.decode(b"\xdd" + n.to_bytes(4, "big") + b"".join(specs))
-        )
-    # ValueError: msgspec reports a str that is not UTF-8 as UnicodeDecodeError.
-    except (msgspec.DecodeError, TypeError, ValueError):
-        return None
-    return decoded if len(decoded) == n else None
-
-
-def _decode_one(spec: object) -> Activity | str:
-    """One blob decoded, or why it is not an Activity."""
-    if not isinstance(spec, bytes):
-        return f"spec is {type(spec).__name__}, not a blob"
-    try:
-        return codec.activity_decoder.decode(spec)
-    except (msgspec.DecodeError, ValueError) as exc:
-        return f"spec blob is not a valid Activity ({type(exc).__name__}: {exc})"
-
-
-_LIVE_STATES: Final = tuple(s for s in ActivityState if s not in TERMINAL_STATES)
-_STATE_OF_KIND: Final = tuple(s for s in _LIVE_STATES for _leased_ever in (0, 1))
-"""``kind`` (see :data:`_SELECT_LIVE`) -> state: ``kind = 2 * state index + leased_ever``."""
-
-_SELECT_LIVE: Final = (
-    "SELECT activity_id, spec, queued_at, not_before, "
-    "CASE WHEN typeof(queued_at) = 'real' AND typeof(not_before) IN ('real', 'null') "
-    "THEN (CASE state "
-    + " ".join(f"WHEN '{s.value}' THEN {i}" for i, s in enumerate(_LIVE_STATES))
-    + " END) * 2 + (token <> 0) END AS kind "
-    "FROM activities WHERE state NOT IN ('completed', 'failed', 'cancelled') ORDER BY seq"
-)
-"""Unfinished activities in creation order (the ``activities_live`` index: the WHERE
-clause must stay the index's), for recovery.
-
-``kind`` folds the state, its column types and ``leased_ever`` (token != 0)
-into one small integer, ``NULL`` when a value is unknown or mistyped: SQLite
-checks them where they lie, and Python gets a cached small int instead of a
-state string to allocate and three values to type-check per row (about 0.1 s
-of the ~1.9 s load of 10^6 rows; the fetch itself, ~1 s, is mostly the
-sqlite3 module building row tuples). A ``NULL`` kind is re-read by id to say
-what is wrong (:func:`_why_malformed`)."""
-
-
-def _live_activities(conn: sqlite3.Connection, diagnostics: list[Diagnostic]) -> list[Activity]:
-    """Unfinished activities: spec blobs decoded a chunk at a time, lifecycle applied.
-
-    The hot path (10^6 queued activities) costs one five-column ``fetchmany``
-    row, one slice of a single msgspec decode call, an id comparison and three
-    attribute stores per activity. Only a lease moves the other lifecycle
-    columns (attempt, failures, requeues, steals, token, worker, expiry, last
-    error), so they are read by id, afterwards, for the rows that were ever
-    leased (token != 0); ``check`` reports rows that break that rule. SQLite
-    columns are dynamically typed, so every value is type-checked (in the
-    query: see :data:`_SELECT_LIVE`) before it reaches the core.
-    """
-    out: list[Activity] = []
-    touched: dict[str, Activity] = {}
-    state_of = _STATE_OF_KIND
-    append = out.append
-    spec_of = operator.itemgetter(1)
-    cursor = conn.execute(_SELECT_LIVE)
-    while batch := cursor.fetchmany(FETCH_ROWS_MAX):
-        # A non-blob spec makes the bulk decode fail (TypeError), and so the
-        # per-row fallback below name it: no per-row type test on the hot path.
-        decoded = _decode_specs(list(map(spec_of, batch)))
-        if decoded is None:
-            decoded = []
-            for row in batch:
-                one = _decode_one(row[1])
-                if isinstance(one, str):
-                    diagnostics.append(_malformed("activities", str(row[0]), one, str(row[0])))
-                    decoded.append(None)
-                else:
-                    decoded.append(one)
-        for (aid, _spec, queued_at, not_before, kind), a in zip(batch, decoded, strict=True):
-            if a is None:
-                continue
-            if kind is None or a.activity_id != aid:
-                what = _why_malformed(conn, aid, a)
-                diagnostics.append(_malformed("activities", str(aid), what, str(aid)))
-                continue
-            a.state = state_of[kind]
-            a.queued_at = queued_at
-            a.not_before = not_before
-            if kind & 1:
-                touched[aid] = a
-            append(a)
-    bad = _apply_lifecycle(conn, touched, diagnostics)
-    return [a for a in out if a.activity_id not in bad] if bad else out
-
-
-def _why_malformed(conn: sqlite3.Connection, aid: object, a: Activity) -> str:
-    """What is wrong with a live row :data:`_SELECT_LIVE` gave no kind, or whose spec
-    names another activity (the rare path: re-read in the same read transaction)."""
-    if a.activity_id != aid:
-        return f"spec blob names activity {a.activity_id!r}"
-    found = conn.execute(
-        "SELECT state, queued_at, not_before, token FROM activities WHERE activity_id = ?",
-        (aid,),
-    ).fetchone()
-    if found is None:  # not possible inside one read transaction
-        return "row vanished while loading"
-    state, queued_at, not_before, token = found
-    if state not in _STATES:
-        return f"unknown state {state!r}"
-    if type(queued_at) is not float or (not_before is not None and type(not_before) is not float):
-        return f"bad queued_at {queued_at!r} or not_before {not_before!r}"
-    return f"bad token {token!r}"
-
-
-_INTS: Final = frozenset({int})
-_STR_OR_NONE: Final = frozenset({str, type(None)})
-
-
-def _apply_lifecycle(
-    conn: sqlite3.Connection, touched: dict[str, Activity], diagnostics: list[Diagnostic]
-) -> set[str]:
-    """Read and apply the lease-driven columns of ``touched``; returns the malformed ids."""
-    bad: set[str] = set()
-    ids = list(touched)
-    for start in range(0, len(ids), ID_CHUNK_MAX):
-        chunk = ids[start : start + ID_CHUNK_MAX]
-        sql = _SELECT_LIFECYCLE.format(marks=",".join("?" * len(chunk)))
-        for aid, *ints, worker_id, lease_expires_at, last_error in conn.execute(sql, chunk):
-            if (
-                any(type(v) not in _INTS or v < 0 for v in ints)
-                or type(worker_id) not in _STR_OR_NONE
-                or type(last_error) not in _STR_OR_NONE
-                or type(lease_expires_at) is not float
-            ):
-                what = f"bad lifecycle columns {(*ints, worker_id, lease_expires_at, last_error)!r}"
-                diagnostics.append(_malformed("activities", aid, what, aid))
-                bad.add(aid)
-                continue
-            a = touched[aid]
-            a.attempt, a.failures, a.infra_requeues, a.steals, a.token = ints
-            a.worker_id = worker_id
-            a.lease_expires_at = lease_expires_at
-            a.last_error = last_error
-    return bad
-
-
-_SELECT_LIFECYCLE: Final = (
-    "SELECT activity_id, attempt, failures, infra_requeues, steals, token, worker_id, "
-    "lease_expires_at, last_error FROM activities WHERE activity_id IN ({marks})"
-)
-"""The lifecycle columns of the activities :data:`_SELECT_LIVE` marked as touched."""
-
-
-def _load(conn: sqlite3.Connection, finished_max: int, where: str) -> StoredState:
-    q = codec.queries()
-    diagnostics: list[Diagnostic] = []
-    counters = rows.counters_from_rows(conn.execute(q["select_counters"]).fetchall(), diagnostics)
-    # Recovery refuses a rewound counter (wf.store.check); its one full scan, for
-    # the largest token, costs ~60 ms per 10^6 activities.
-    diagnostics.extend(
-        checks.counters_behind(conn.execute(q[checks.COUNTERS_QUERY]).fetchall(), where)
-    )
-    activities = _live_activities(conn, diagnostics)
-    finished: list[tuple[str, ActivityState]] = []
-    if finished_max:
-        for aid, state in conn.execute(q["select_recent_finished"], {"limit": finished_max}):
-            value = _STATES.get(state)
-            if value is None or value not in TERMINAL_STATES:
-                diagnostics.append(
-                    _malformed("transitions", str(aid), f"unknown terminal state {state!r}", None)
-                )
-                continue
-            finished.append((aid, value))
-        finished.reverse()
-    return StoredState(
-        seq=counters["seq"],
-        token=counters["token"],
-        worker_seq=counters["worker_seq"],
-        activities=activities,
-        finished=finished,
-        workers=_workers(conn, diagnostics),
-        diagnostics=diagnostics,
-    )
-
-
-def _workers(conn: sqlite3.Connection, diagnostics: list[Diagnostic]) -> list[StoredWorker]:
-    fetched = conn.execute(codec.queries()["select_workers"]).fetchall()
-    return rows.decode_all(fetched, rows.worker_from_row, diagnostics)
-
-
-def _check(
-    conn: sqlite3.Connection, bodies: checks.BodyDecoders | None, where: str
-) -> list[Diagnostic]:
-    """``check`` in one read transaction. A step SQLite cannot finish (a damaged
-    page) is reported and the next one still runs, so one bad page hides nothing else."""
-    q = codec.queries()
-    record = checks.RecordCheck(bodies, where)
-    found = record.found
-    try:
-        lines = conn.execute(f"PRAGMA integrity_check({checks.INTEGRITY_ERRORS_MAX})")
-        record.integrity(str(line) for (line,) in lines.fetchall())
-    except _DAMAGE as exc:
-        record.damaged("database", exc)
-    for name, to_diagnostic in rows.CHECKS:
-        try:
-            for row in conn.execute(q[name]).fetchall():
-                diagnostic = to_diagnostic(row)
-                if diagnostic is not None:
-                    found.append(diagnostic)
-        except _DAMAGE as exc:
-            record.damaged(name.removeprefix("check_"), exc)
-    _scan_malformed(conn, record)
-    for scan in checks.SCANS:
-        try:
-            cursor = conn.execute(scan.sql)
-            while batch := cursor.fetchmany(FETCH_ROWS_MAX):
-                record.rows(scan.table, batch)
-        except _DAMAGE as exc:
-            record.damaged(scan.table, exc)
-    return found
-
-
-def _scan_malformed(conn: sqlite3.Connection, record: checks.RecordCheck) -> None:
-    """Every activity and worker row whose blob or state does not decode (full scans);
-    a table SQLite cannot read to the end is reported as damaged."""
-    found = record.found
-    try:
-        _scan_activities(conn, found)
-    except _DAMAGE as exc:
-        record.damaged("activities", exc)
-    try:
-        _workers(conn, found)
-    except _DAMAGE as exc:
-        record.damaged("workers", exc)
-
-
-def _scan_activities(conn: sqlite3.Connection, found: list[Diagnostic]) -> None:
-    """Every activity row whose blob or state does not decode, or names another row."""
-    cursor = conn.execute("SELECT activity_id, seq, spec, state FROM activities ORDER BY seq")
-    while batch := cursor.fetchmany(FETCH_ROWS_MAX):
-        specs = [row[2] for row in batch]
-        decoded = _decode_specs(specs) if all(type(b) is bytes for b in specs) else None
-        for i, (aid, seq, spec, state) in enumerate(batch):
-            item = decoded[i] if decoded is not None else None
-            one: Activity | str = item if item is not None else _decode_one(spec)
-            if isinstance(one, str):
-                found.append(_malformed("activities", str(aid), one, str(aid)))
-            elif state not in _STATES:
-                found.append(
-                    _malformed("activities", str(aid), f"unknown state {state!r}", str(aid))
-                )
-            elif one.activity_id != aid or one.seq != seq:
-                found.append(
-                    _malformed(
-                        "activities",
-                        str(aid),
-                        f"spec blob names {one.activity_id!r} seq {one.seq}, row seq {seq}",
-                        str(aid),
-                    )
-                )

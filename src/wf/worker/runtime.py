@@ -51,6 +51,15 @@ lease (a revocation, a graceful shutdown) ends the wait.
 Time is the event loop's monotonic clock, except ``not_before``, which is
 scheduler time: the injected :class:`~wf.clock.Clock` (wall time anchored
 once, advanced monotonically) tells when it has come.
+
+Why this module is over 900 lines: what could stand alone already does
+(leases and their status, the outbox, execution, backoff, stats: the sibling
+modules). What is left is one state machine, the connection state, the held
+leases, the slots and the drain, that the five loops and the lease runners
+above all read and change between two awaits. Split across modules, each
+piece would need the whole state and the rules of when it may change (who
+re-registers, who may drop a lease, when the drain ends), which is exactly
+what reading this one file makes plain.
 """
 
 from __future__ import annotations

@@ -1,0 +1,319 @@
+"""Recovery's load and the store check, on a read connection of the SQLite store.
+
+Theory of operation
+-------------------
+:class:`~wf.store.sqlite.SQLiteStore` runs these functions on its read-only
+connection inside one read transaction (WAL: one consistent snapshot beside
+the writer); they do no I/O of their own beyond that connection's queries.
+
+:func:`load_state` is recovery's load, built for 10^6 live activities:
+``activities`` is stored in ``seq`` (rowid) order, spec blobs are compact
+(defaults omitted), a chunk of blobs is decoded by one msgspec call, and the
+lease-driven columns are read only for activities that were ever leased.
+SQLite columns are dynamically typed, so every value is type-checked before
+it reaches the core; a malformed row is a diagnostic and its activity is
+blocked (fail closed). :func:`check_store` is ``wf store check``: SQLite's own
+``PRAGMA integrity_check``, the contradiction queries and every record of
+every table decoded; a step SQLite cannot finish (a damaged page) is
+reported and the next one still runs.
+"""
+
+from __future__ import annotations
+
+import operator
+import sqlite3
+from typing import Final
+
+import msgspec
+
+from wf.scheduler.model import TERMINAL_STATES, Activity, ActivityState
+from wf.store import check as checks
+from wf.store import codec, rows
+from wf.store.protocol import Diagnostic, StoredState, StoredWorker
+
+FETCH_ROWS_MAX: Final = 20_000
+"""Rows fetched per ``fetchmany`` while loading or scanning."""
+ID_CHUNK_MAX: Final = 500
+"""Ids per ``IN (...)`` query (SQLite's bound-parameter limit is far higher)."""
+
+DAMAGE: Final = (sqlite3.DatabaseError, UnicodeDecodeError)
+"""What reading a damaged file raises (a text that is not UTF-8 comes back as
+UnicodeDecodeError, not as an SQLite error)."""
+
+_STATES: Final = {s.value: s for s in ActivityState}
+_activity_list_decoder: Final = msgspec.msgpack.Decoder(list[Activity])
+
+
+def _malformed(table: str, key: str, what: str, activity_id: str | None) -> Diagnostic:
+    blocked = "; the activity is blocked" if activity_id is not None else ""
+    return Diagnostic(
+        kind="malformed_row",
+        table=table,
+        key=key,
+        message=f"{table} row {key!r}: {what}{blocked}",
+        activity_id=activity_id,
+    )
+
+
+def _decode_specs(specs: list[bytes]) -> list[Activity | None] | None:
+    """Every blob of a chunk decoded in one call; ``None`` if any is malformed."""
+    n = len(specs)
+    try:
+        decoded: list[Activity | None] = list(
+            _activity_list_decoder.decode(b"\xdd" + n.to_bytes(4, "big") + b"".join(specs))
+        )
+    # ValueError: msgspec reports a str that is not UTF-8 as UnicodeDecodeError.
+    except (msgspec.DecodeError, TypeError, ValueError):
+        return None
+    return decoded if len(decoded) == n else None
+
+
+def _decode_one(spec: object) -> Activity | str:
+    """One blob decoded, or why it is not an Activity."""
+    if not isinstance(spec, bytes):
+        return f"spec is {type(spec).__name__}, not a blob"
+    try:
+        return codec.activity_decoder.decode(spec)
+    except (msgspec.DecodeError, ValueError) as exc:
+        return f"spec blob is not a valid Activity ({type(exc).__name__}: {exc})"
+
+
+_LIVE_STATES: Final = tuple(s for s in ActivityState if s not in TERMINAL_STATES)
+_STATE_OF_KIND: Final = tuple(s for s in _LIVE_STATES for _leased_ever in (0, 1))
+"""``kind`` (see :data:`_SELECT_LIVE`) -> state: ``kind = 2 * state index + leased_ever``."""
+
+_SELECT_LIVE: Final = (
+    "SELECT activity_id, spec, queued_at, not_before, "
+    "CASE WHEN typeof(queued_at) = 'real' AND typeof(not_before) IN ('real', 'null') "
+    "THEN (CASE state "
+    + " ".join(f"WHEN '{s.value}' THEN {i}" for i, s in enumerate(_LIVE_STATES))
+    + " END) * 2 + (token <> 0) END AS kind "
+    "FROM activities WHERE state NOT IN ('completed', 'failed', 'cancelled') ORDER BY seq"
+)
+"""Unfinished activities in creation order (the ``activities_live`` index: the WHERE
+clause must stay the index's), for recovery.
+
+``kind`` folds the state, its column types and ``leased_ever`` (token != 0)
+into one small integer, ``NULL`` when a value is unknown or mistyped: SQLite
+checks them where they lie, and Python gets a cached small int instead of a
+state string to allocate and three values to type-check per row (about 0.1 s
+of the ~1.9 s load of 10^6 rows; the fetch itself, ~1 s, is mostly the
+sqlite3 module building row tuples). A ``NULL`` kind is re-read by id to say
+what is wrong (:func:`_why_malformed`)."""
+
+
+def _live_activities(conn: sqlite3.Connection, diagnostics: list[Diagnostic]) -> list[Activity]:
+    """Unfinished activities: spec blobs decoded a chunk at a time, lifecycle applied.
+
+    The hot path (10^6 queued activities) costs one five-column ``fetchmany``
+    row, one slice of a single msgspec decode call, an id comparison and three
+    attribute stores per activity. Only a lease moves the other lifecycle
+    columns (attempt, failures, requeues, steals, token, worker, expiry, last
+    error), so they are read by id, afterwards, for the rows that were ever
+    leased (token != 0); ``check`` reports rows that break that rule. SQLite
+    columns are dynamically typed, so every value is type-checked (in the
+    query: see :data:`_SELECT_LIVE`) before it reaches the core.
+    """
+    out: list[Activity] = []
+    touched: dict[str, Activity] = {}
+    state_of = _STATE_OF_KIND
+    append = out.append
+    spec_of = operator.itemgetter(1)
+    cursor = conn.execute(_SELECT_LIVE)
+    while batch := cursor.fetchmany(FETCH_ROWS_MAX):
+        # A non-blob spec makes the bulk decode fail (TypeError), and so the
+        # per-row fallback below name it: no per-row type test on the hot path.
+        decoded = _decode_specs(list(map(spec_of, batch)))
+        if decoded is None:
+            decoded = []
+            for row in batch:
+                one = _decode_one(row[1])
+                if isinstance(one, str):
+                    diagnostics.append(_malformed("activities", str(row[0]), one, str(row[0])))
+                    decoded.append(None)
+                else:
+                    decoded.append(one)
+        for (aid, _spec, queued_at, not_before, kind), a in zip(batch, decoded, strict=True):
+            if a is None:
+                continue
+            if kind is None or a.activity_id != aid:
+                what = _why_malformed(conn, aid, a)
+                diagnostics.append(_malformed("activities", str(aid), what, str(aid)))
+                continue
+            a.state = state_of[kind]
+            a.queued_at = queued_at
+            a.not_before = not_before
+            if kind & 1:
+                touched[aid] = a
+            append(a)
+    bad = _apply_lifecycle(conn, touched, diagnostics)
+    return [a for a in out if a.activity_id not in bad] if bad else out
+
+
+def _why_malformed(conn: sqlite3.Connection, aid: object, a: Activity) -> str:
+    """What is wrong with a live row :data:`_SELECT_LIVE` gave no kind, or whose spec
+    names another activity (the rare path: re-read in the same read transaction)."""
+    if a.activity_id != aid:
+        return f"spec blob names activity {a.activity_id!r}"
+    found = conn.execute(
+        "SELECT state, queued_at, not_before, token FROM activities WHERE activity_id = ?",
+        (aid,),
+    ).fetchone()
+    if found is None:  # not possible inside one read transaction
+        return "row vanished while loading"
+    state, queued_at, not_before, token = found
+    if state not in _STATES:
+        return f"unknown state {state!r}"
+    if type(queued_at) is not float or (not_before is not None and type(not_before) is not float):
+        return f"bad queued_at {queued_at!r} or not_before {not_before!r}"
+    return f"bad token {token!r}"
+
+
+_INTS: Final = frozenset({int})
+_STR_OR_NONE: Final = frozenset({str, type(None)})
+
+
+def _apply_lifecycle(
+    conn: sqlite3.Connection, touched: dict[str, Activity], diagnostics: list[Diagnostic]
+) -> set[str]:
+    """Read and apply the lease-driven columns of ``touched``; returns the malformed ids."""
+    bad: set[str] = set()
+    ids = list(touched)
+    for start in range(0, len(ids), ID_CHUNK_MAX):
+        chunk = ids[start : start + ID_CHUNK_MAX]
+        sql = _SELECT_LIFECYCLE.format(marks=",".join("?" * len(chunk)))
+        for aid, *ints, worker_id, lease_expires_at, last_error in conn.execute(sql, chunk):
+            if (
+                any(type(v) not in _INTS or v < 0 for v in ints)
+                or type(worker_id) not in _STR_OR_NONE
+                or type(last_error) not in _STR_OR_NONE
+                or type(lease_expires_at) is not float
+            ):
+                what = f"bad lifecycle columns {(*ints, worker_id, lease_expires_at, last_error)!r}"
+                diagnostics.append(_malformed("activities", aid, what, aid))
+                bad.add(aid)
+                continue
+            a = touched[aid]
+            a.attempt, a.failures, a.infra_requeues, a.steals, a.token = ints
+            a.worker_id = worker_id
+            a.lease_expires_at = lease_expires_at
+            a.last_error = last_error
+    return bad
+
+
+_SELECT_LIFECYCLE: Final = (
+    "SELECT activity_id, attempt, failures, infra_requeues, steals, token, worker_id, "
+    "lease_expires_at, last_error FROM activities WHERE activity_id IN ({marks})"
+)
+"""The lifecycle columns of the activities :data:`_SELECT_LIVE` marked as touched."""
+
+
+def load_state(conn: sqlite3.Connection, finished_max: int, where: str) -> StoredState:
+    """The durable state, read on ``conn`` inside one read transaction (the caller's);
+    corrupt rows become diagnostics naming ``where``."""
+    q = codec.queries()
+    diagnostics: list[Diagnostic] = []
+    counters = rows.counters_from_rows(conn.execute(q["select_counters"]).fetchall(), diagnostics)
+    # Recovery refuses a rewound counter (wf.store.check); its one full scan, for
+    # the largest token, costs ~60 ms per 10^6 activities.
+    diagnostics.extend(
+        checks.counters_behind(conn.execute(q[checks.COUNTERS_QUERY]).fetchall(), where)
+    )
+    activities = _live_activities(conn, diagnostics)
+    finished: list[tuple[str, ActivityState]] = []
+    if finished_max:
+        for aid, state in conn.execute(q["select_recent_finished"], {"limit": finished_max}):
+            value = _STATES.get(state)
+            if value is None or value not in TERMINAL_STATES:
+                diagnostics.append(
+                    _malformed("transitions", str(aid), f"unknown terminal state {state!r}", None)
+                )
+                continue
+            finished.append((aid, value))
+        finished.reverse()
+    return StoredState(
+        seq=counters["seq"],
+        token=counters["token"],
+        worker_seq=counters["worker_seq"],
+        activities=activities,
+        finished=finished,
+        workers=_workers(conn, diagnostics),
+        diagnostics=diagnostics,
+    )
+
+
+def _workers(conn: sqlite3.Connection, diagnostics: list[Diagnostic]) -> list[StoredWorker]:
+    fetched = conn.execute(codec.queries()["select_workers"]).fetchall()
+    return rows.decode_all(fetched, rows.worker_from_row, diagnostics)
+
+
+def check_store(
+    conn: sqlite3.Connection, bodies: checks.BodyDecoders | None, where: str
+) -> list[Diagnostic]:
+    """``check`` in one read transaction (the caller's). A step SQLite cannot finish (a damaged
+    page) is reported and the next one still runs, so one bad page hides nothing else."""
+    q = codec.queries()
+    record = checks.RecordCheck(bodies, where)
+    found = record.found
+    try:
+        lines = conn.execute(f"PRAGMA integrity_check({checks.INTEGRITY_ERRORS_MAX})")
+        record.integrity(str(line) for (line,) in lines.fetchall())
+    except DAMAGE as exc:
+        record.damaged("database", exc)
+    for name, to_diagnostic in rows.CHECKS:
+        try:
+            for row in conn.execute(q[name]).fetchall():
+                diagnostic = to_diagnostic(row)
+                if diagnostic is not None:
+                    found.append(diagnostic)
+        except DAMAGE as exc:
+            record.damaged(name.removeprefix("check_"), exc)
+    _scan_malformed(conn, record)
+    for scan in checks.SCANS:
+        try:
+            cursor = conn.execute(scan.sql)
+            while batch := cursor.fetchmany(FETCH_ROWS_MAX):
+                record.rows(scan.table, batch)
+        except DAMAGE as exc:
+            record.damaged(scan.table, exc)
+    return found
+
+
+def _scan_malformed(conn: sqlite3.Connection, record: checks.RecordCheck) -> None:
+    """Every activity and worker row whose blob or state does not decode (full scans);
+    a table SQLite cannot read to the end is reported as damaged."""
+    found = record.found
+    try:
+        _scan_activities(conn, found)
+    except DAMAGE as exc:
+        record.damaged("activities", exc)
+    try:
+        _workers(conn, found)
+    except DAMAGE as exc:
+        record.damaged("workers", exc)
+
+
+def _scan_activities(conn: sqlite3.Connection, found: list[Diagnostic]) -> None:
+    """Every activity row whose blob or state does not decode, or names another row."""
+    cursor = conn.execute("SELECT activity_id, seq, spec, state FROM activities ORDER BY seq")
+    while batch := cursor.fetchmany(FETCH_ROWS_MAX):
+        specs = [row[2] for row in batch]
+        decoded = _decode_specs(specs) if all(type(b) is bytes for b in specs) else None
+        for i, (aid, seq, spec, state) in enumerate(batch):
+            item = decoded[i] if decoded is not None else None
+            one: Activity | str = item if item is not None else _decode_one(spec)
+            if isinstance(one, str):
+                found.append(_malformed("activities", str(aid), one, str(aid)))
+            elif state not in _STATES:
+                found.append(
+                    _malformed("activities", str(aid), f"unknown state {state!r}", str(aid))
+                )
+            elif one.activity_id != aid or one.seq != seq:
+                found.append(
+                    _malformed(
+                        "activities",
+                        str(aid),
+                        f"spec blob names {one.activity_id!r} seq {one.seq}, row seq {seq}",
+                        str(aid),
+                    )
+                )
