@@ -38,6 +38,13 @@ store only after a failed step; the commit's expected revision still guards
 every write. Arming never delays an instant: it stops :data:`ARM_MARGIN_S`
 before the earliest one and prepares at most :data:`ARM_MAX` per wake.
 
+**One pass at a time.** A pass (:meth:`ScheduleService.tick`, and the
+loop's :meth:`~ScheduleService.arm`) runs under one lock: the loop and a
+caller driving the service (the time skipper of :mod:`wf.testing.timeskip`)
+may both call ``tick``, and two dispatches at once would each see the same
+free slot while the run the other is beginning has not yet reported
+``running``. :meth:`~ScheduleService.hold` holds passes off from outside.
+
 **Execution slots.** ``max_concurrent_runs`` bounds scheduled runs in status
 ``running`` plus scheduled resumes in progress. An admitted run waits in
 ``admitted`` (it counts for overlap) until a slot is free; runs begin in
@@ -50,7 +57,10 @@ admission order. Interrupted runs hold no slot; resuming one
 scheduled resumes are refused and the service waits up to ``drain_grace_s``
 for running scheduled runs to finish; a resume still in progress at the
 deadline is cancelled and joined (its resume mark stays for the next start's
-recovery to settle). Whatever else is running keeps its stored state: the
+recovery to settle). The drain waits through :attr:`ScheduleService.drain_wait`,
+a sleep on the service's clock: on a virtual clock nothing would move time
+while it waits, so the time skipper replaces it with one that skips time
+toward the deadline. Whatever else is running keeps its stored state: the
 run engine's recovery at the next start handles it truthfully.
 
 **Fail closed.** A schedule whose record, or one of whose runs' records, does
@@ -65,7 +75,7 @@ import contextlib
 import heapq
 import logging
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -123,6 +133,10 @@ class _System:
 
 _SYSTEM: Final = _System()
 
+DrainWait = Callable[[float, asyncio.Event], Awaitable[None]]
+"""``wait(deadline, changed)``: return at ``deadline`` (service clock) or once ``changed``
+is set, whichever is first."""
+
 
 class ScheduleService:
     """Admission and execution slots for deployment schedules (see the module docstring)."""
@@ -166,6 +180,12 @@ class ScheduleService:
         """Admissions committed from an armed preparation."""
         self.armed_discarded = 0
         """Armed preparations found stale at their instant (prepared again then)."""
+        self._pass = asyncio.Lock()
+        """Held by a pass (tick, arm): one at a time (see the module docstring)."""
+        self.drain_wait: DrainWait = self._sleep
+        """How :meth:`stop` waits for running runs until its deadline: a sleep on
+        :attr:`clock`. A time-skipping test replaces it so that virtual time moves
+        during the drain (:class:`wf.testing.timeskip.TimeSkipper` does)."""
 
     # ----------------------------------------------------------- lifecycle
 
@@ -222,7 +242,7 @@ class ScheduleService:
         deadline = self.clock.now() + self.config.drain_grace_s
         while (self._running or self._resuming) and self.clock.now() < deadline:
             self._changed.clear()
-            await sleep_until(self.clock, deadline, self._changed)
+            await self.drain_wait(deadline, self._changed)
         for resume in list(self._resuming):
             resume.cancel()
         if self._resuming:
@@ -242,6 +262,9 @@ class ScheduleService:
         self._armed.clear()
         self._schedules.clear()
         self.state = "stopped"
+
+    async def _sleep(self, deadline: float, changed: asyncio.Event) -> None:
+        await sleep_until(self.clock, deadline, changed)
 
     # --------------------------------------------------------------- loop
 
@@ -273,16 +296,44 @@ class ScheduleService:
             await sleep_until(self.clock, until, self._wake)
 
     def pending_work(self) -> bool:
-        """Whether a schedule waits to be reconsidered or a run to be started now."""
-        return bool(self._dirty) or self._startable()
+        """Whether the service has work now: a pass under way, or (while running) a
+        schedule to reconsider or due, or a waiting run that a slot allows to start."""
+        if self._pass.locked():
+            return True
+        if self.state != "running":
+            return False
+        due = self.next_wake_at()
+        return (
+            bool(self._dirty) or self._startable() or (due is not None and due <= self.clock.now())
+        )
 
     def next_wake_at(self) -> float | None:
-        """The earliest instant a schedule needs attention (for time-skipping tests)."""
-        return self._heap[0][0] if self._heap else None
+        """The earliest instant a schedule needs attention (for time-skipping tests);
+        ``None`` while not running (nothing is admitted then)."""
+        if self.state != "running" or not self._heap:
+            return None
+        return self._heap[0][0]
+
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        """Hold passes off (the loop's, anyone's) for the duration of the block.
+
+        The time skipper holds them while it brings the scheduler and the run engine
+        up to a new instant, so that a pass at that instant sees what the engine
+        applied then (a run that ended frees its overlap place first), whichever task
+        the clock woke first."""
+        async with self._pass:
+            yield
 
     async def tick(self, now: float | None = None) -> int:
         """Admit everything due at ``now`` (default: the clock), then start waiting runs
-        while slots allow. Returns how many occurrences were recorded."""
+        while slots allow. Returns how many occurrences were recorded.
+
+        Safe to call while another pass runs (the loop's, say): it waits for it."""
+        async with self._pass:
+            return await self._tick(now)
+
+    async def _tick(self, now: float | None) -> int:
         if self.state != "running":
             return 0
         now = self.clock.now() if now is None else now
@@ -372,6 +423,10 @@ class ScheduleService:
 
         Returns how many were armed. Only the loop calls it, ``ARM_LEAD_S`` ahead;
         a preparation is used at the instant only if nothing it read has changed."""
+        async with self._pass:
+            return await self._arm(horizon)
+
+    async def _arm(self, horizon: float) -> int:
         if self.state != "running":
             return 0
         due: list[tuple[float, str]] = []
@@ -456,7 +511,7 @@ class ScheduleService:
         if step.admit is not None:
             try:
                 run, plan = prepared or await self._prepare(schedule, step.admit)
-                self.engine.node.core.backpressure.admit_new_workflow(now)
+                self.engine.node.reads.admit_new_workflow(now)
             except WfError as exc:  # Overloaded (backpressure) included
                 record = [
                     Occurrence(o.instant, "preflight-rejected", f"{exc.code}: {exc.message}")
