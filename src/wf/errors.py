@@ -27,6 +27,7 @@ the caller's fault, and may the same call succeed if retried unchanged?
     ├── StoreUnavailable           server   the store could not commit; retryable
     │   └── OwnershipLost          server   another writer may have written since; reload
     ├── Draining                   server   shutting down: no new scheduled work; retryable
+    ├── NotLeader                  server   a standby node: retry at the active (``leader_url``)
     ├── RpcUnavailable             server   (client side) no server reachable; retryable
     ├── RpcProtocolError           caller   (client side) a JSON-RPC protocol error
     └── Internal                   server   a bug or an unexpected state
@@ -247,6 +248,20 @@ class Draining(WfError):
     retryable = True
 
 
+class NotLeader(WfError):
+    """This server is a standby (or was just deposed): it serves no reads or writes.
+
+    ``details`` carry ``leader_url`` (the active's advertised URL, or ``None`` while
+    no node is active, for example during a takeover) and ``epoch``. Retryable:
+    the clients follow ``leader_url`` or rotate through their list of servers
+    (docs/ha.md)."""
+
+    code = "not_leader"
+    rpc_code = -32045
+    fault = "server"
+    retryable = True
+
+
 class Internal(WfError):
     """An unexpected internal state; a bug to report."""
 
@@ -285,6 +300,7 @@ ALL_ERRORS: tuple[type[WfError], ...] = (
     RpcProtocolError,
     Overloaded,
     Draining,
+    NotLeader,
     Internal,
     CorruptRecord,
 )

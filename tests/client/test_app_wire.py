@@ -196,6 +196,9 @@ async def _exercise(app: App, server: WfServer) -> None:
     # discover: the registry's own listing, typed.
     listing = await app.discover()
     assert listing == msgspec.convert(server.registry.describe(), list[MethodInfo])
+    # cluster_status: a SQLite server is its own single active node.
+    status = await app.cluster_status()
+    assert status.role == "active"
 
     # register_worker / list_workers / queue_stats.
     info = WorkerInfo(worker_id="w1", max_concurrency=4, capabilities=frozenset({"gpu"}))

@@ -51,11 +51,13 @@ from wf.client.rpc_client import RpcClient
 from wf.scheduler.model import Activity, HeartbeatStats, WorkerInfo
 from wf.scheduler.outputs import LeaseRevoked
 from wf.tuning import loop_factory
-from wf.wire import schedule_methods, scheduler_methods, workflow_methods
+from wf.wire import cluster_methods, schedule_methods, scheduler_methods, workflow_methods
+from wf.wire.cluster_methods import ClusterStatus
 from wf.wire.methods import DISCOVER, MethodSpec
 from wf.wire.methods import MethodInfo as MethodInfo
 from wf.wire.scheduler_methods import (
     ActivityView,
+    HeldLease,
     PollResult,
     QueueStats,
     RegisterResult,
@@ -87,8 +89,8 @@ WORKFLOW_TWINS: Final[Mapping[str, Twin]] = _twins(workflow_methods.METHODS)
 SCHEDULE_TWINS: Final[Mapping[str, Twin]] = _twins(schedule_methods.METHODS)
 """``workflow.schedules.*``: Python name (as on ``ScheduleAPI``) → declaration."""
 
-RPC_TWINS: Final[Mapping[str, Twin]] = _twins([DISCOVER])
-"""``rpc.*``: the server's own methods."""
+RPC_TWINS: Final[Mapping[str, Twin]] = _twins([DISCOVER, *cluster_methods.METHODS])
+"""``rpc.*`` and ``cluster.*``: the server's own methods."""
 
 
 class App:
@@ -177,6 +179,10 @@ class App:
     async def discover(self) -> list[MethodInfo]:
         """Every method of the server with its parameter JSON Schema."""
         return await self._call("discover")
+
+    async def cluster_status(self) -> ClusterStatus:
+        """The answering node's role, the active's URL and every node (docs/ha.md)."""
+        return await self._call("cluster_status")
 
     # --------------------------------------------------------- workflow calls
 
@@ -358,9 +364,12 @@ class App:
 
     # ----------------------------------------------------------- worker calls
 
-    async def register_worker(self, info: WorkerInfo) -> RegisterResult:
-        """Register (or renew the registration of) a worker."""
-        return await self._call("register_worker", info=info)
+    async def register_worker(
+        self, info: WorkerInfo, held: list[HeldLease] | None = None
+    ) -> RegisterResult:
+        """Register (or renew the registration of) a worker, listing the leases it
+        still holds (``None``: not said)."""
+        return await self._call("register_worker", info=info, held=held)
 
     async def heartbeat(
         self, worker_id: str, stats: HeartbeatStats = _NO_STATS

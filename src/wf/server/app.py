@@ -61,6 +61,8 @@ from wf.server.scheduler_api import SchedulerAPI
 from wf.server.tracing import TRACEPARENT_HEADER, install, make_tracing
 from wf.server.workflow_rpc import register_workflow_methods
 from wf.store import make_store
+from wf.wire.cluster_methods import STATUS as CLUSTER_STATUS
+from wf.wire.cluster_methods import ClusterStatus
 from wf.wire.contract import METHODS
 from wf.wire.methods import DISCOVER, NoParams
 
@@ -130,6 +132,7 @@ class WfServer:
         register_schedule_methods(lambda: self.schedules, self.registry)
         register_workflow_methods(self.workflow, self.registry)
         self.registry.handle(DISCOVER, self._discover)
+        self.registry.handle(CLUSTER_STATUS, self._cluster_status)
         self.registry.check()  # a declared method without a handler: refuse to start
         self.dispatcher = Dispatcher(self.registry)
         # Observability (docs/observability.md): metrics, logs, optional traces.
@@ -159,6 +162,11 @@ class WfServer:
 
     async def _discover(self, params: NoParams, caller: Caller) -> list[dict[str, Any]]:
         return self.registry.describe()
+
+    async def _cluster_status(self, params: NoParams, caller: Caller) -> ClusterStatus:
+        return ClusterStatus(
+            node_id="local", role="active", epoch=0, commit_seq=0, leader_url=None, nodes=[]
+        )
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

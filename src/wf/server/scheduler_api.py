@@ -104,6 +104,7 @@ from wf.wire.scheduler_methods import (
     FailParams,
     FencedParams,
     HeartbeatParams,
+    HeldLease,
     HistoryParams,
     ListWorkersParams,
     PollParams,
@@ -305,8 +306,11 @@ class SchedulerAPI:
 
     # ----------------------------------------------------------- worker calls
 
-    async def register_worker(self, info: WorkerInfo, caller: Caller) -> RegisterResult:
-        """Register (or renew the registration of) a worker."""
+    async def register_worker(
+        self, info: WorkerInfo, caller: Caller, held: list[HeldLease] | None = None
+    ) -> RegisterResult:
+        """Register (or renew the registration of) a worker (``held``: see
+        :class:`~wf.wire.scheduler_methods.RegisterWorkerParams`)."""
         info = self._bind(caller, info)
         await self.node.execute(lambda now: cmd.RegisterWorker(now=now, info=info))
         config = self.node.config
@@ -583,7 +587,7 @@ class SchedulerAPI:
         """Attach a handler to every ``scheduler.*`` method of the wire contract."""
 
         async def register(p: RegisterWorkerParams, c: Caller) -> RegisterResult:
-            return await self.register_worker(p.info, c)
+            return await self.register_worker(p.info, c, p.held)
 
         async def heartbeat(p: HeartbeatParams, c: Caller) -> dict[str, Any]:
             return {"revoked": await self.heartbeat(p.worker_id, p.stats, c)}

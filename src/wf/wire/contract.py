@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from wf.wire import schedule_methods, scheduler_methods, workflow_methods
+from wf.wire import cluster_methods, schedule_methods, scheduler_methods, workflow_methods
 from wf.wire.methods import DISCOVER, MethodSpec
 
 
@@ -36,6 +36,7 @@ METHODS: Final[Mapping[str, MethodSpec[Any]]] = method_table(
         *scheduler_methods.METHODS,
         *workflow_methods.METHODS,
         *schedule_methods.METHODS,
+        *cluster_methods.METHODS,
         DISCOVER,
     )
 )

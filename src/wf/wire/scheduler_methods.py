@@ -36,10 +36,23 @@ SUBMIT_BATCH_MAX: Final = 10_000
 # ------------------------------------------------------------------- params
 
 
+class HeldLease(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A lease a (re-)registering worker still holds and is working on."""
+
+    activity_id: Id
+    token: NonNegI64
+
+
 class RegisterWorkerParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``scheduler.workers.register``."""
 
     info: WorkerInfo
+    held: Annotated[list[HeldLease], msgspec.Meta(max_length=10_000)] | None = None
+    """The leases the worker holds as it registers (after a server failover or a
+    restart of the server): the server keeps these, gives them a fresh grace, and
+    requeues at once every lease it granted to this worker id that is not listed
+    (docs/ha.md). ``None`` (an older worker) leaves the worker's leases to their
+    TTL."""
 
 
 class HeartbeatParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
