@@ -61,14 +61,20 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC
 from typing import Final, Literal
 
 import msgspec
 
 from wf.clock import Clock, SystemClock, sleep_until
-from wf.errors import InvalidArgument, OwnershipLost, StoreUnavailable, WfError
+from wf.errors import (
+    InvalidArgument,
+    OwnershipConflict,
+    OwnershipLost,
+    StoreUnavailable,
+    WfError,
+)
 from wf.node_reads import NodeReads
 from wf.scheduler import commands as cmd
 from wf.scheduler.config import SchedulerConfig
@@ -76,7 +82,7 @@ from wf.scheduler.dispatcher import SchedulerCore
 from wf.scheduler.outputs import Outcome
 from wf.scheduler.recovery import durable_digest, recover, restore
 from wf.store.loader import build_snapshot
-from wf.store.protocol import Diagnostic, Journal, OwnerInfo
+from wf.store.protocol import Diagnostic, Journal, OwnerInfo, StoredState
 
 log = logging.getLogger("wf.node")
 
@@ -90,7 +96,7 @@ RECOVERY_DEADLINE_S: Final = 300.0
 """Default time writes may stay stopped before the node gives up (the process exits)."""
 
 ReadinessReason = Literal[
-    "ready", "starting", "writes_stopped", "recovering", "unrecoverable", "stopping"
+    "ready", "starting", "standby", "writes_stopped", "recovering", "unrecoverable", "stopping"
 ]
 
 
@@ -100,7 +106,8 @@ class Readiness(msgspec.Struct, frozen=True, kw_only=True):
     ready: bool
     """The node accepts commands (and so writes)."""
     reason: ReadinessReason
-    """``ready``; ``starting`` (recovering at start); ``writes_stopped`` (a commit
+    """``ready``; ``starting`` (recovering at start); ``standby`` (a cluster node that
+    does not own the store, docs/ha.md); ``writes_stopped`` (a commit
     failed, a reload is due); ``recovering`` (a reload is under way);
     ``unrecoverable`` (gave up, the process is exiting); ``stopping``."""
     cause: str | None = None
@@ -174,7 +181,7 @@ class SchedulerNode:
         self.core = SchedulerCore(self.config)
         self.reads = NodeReads(self)
         """The read port: what the shell may know of the scheduler (see :mod:`wf.node_reads`)."""
-        self._phase: Literal["new", "starting", "running", "stopping"] = "new"
+        self._phase: Literal["new", "starting", "standby", "running", "stopping"] = "new"
         self._broken: BaseException | None = None
         """Why writes stopped (``None`` while the node accepts writes)."""
         self._stopped_at: float | None = None
@@ -187,6 +194,11 @@ class SchedulerNode:
         self._restarting = asyncio.Lock()
         self.unrecoverable = asyncio.Event()
         """Set when writes stayed stopped past ``recovery_deadline_s`` (the process exits)."""
+        self.yields = False
+        """A cluster node (docs/ha.md): when another node holds ownership as this one
+        tries to take it back, stop recovering and set :attr:`deposed` at once."""
+        self.deposed = asyncio.Event()
+        """Set when another node owns the store (only when :attr:`yields`)."""
         self.reload_listeners: list[Callable[[], None]] = []
         """Called after every reload from the store (the core was replaced)."""
         self._loop_task: asyncio.Task[None] | None = None
@@ -217,20 +229,79 @@ class SchedulerNode:
             self._loop_task = asyncio.create_task(self._run(), name="wf-scheduler-ticks")
         return report
 
-    async def _recover(self) -> RecoveryReport:
+    async def open(self) -> None:
+        """Open the store without taking ownership: a standby of a cluster, which
+        refuses commands until :meth:`take_over` wins."""
+        self._phase = "standby"
+        self._broken = _STANDBY
+        await self.store.open()
+
+    async def take_over(
+        self, load: Callable[[], Awaitable[StoredState]] | None = None
+    ) -> RecoveryReport:
+        """Take ownership (a new epoch) and recover from the store, then tick: a
+        standby's campaign. ``load`` answers what the store holds once ownership is
+        taken (a warm copy brought up to date; default: the store's full load).
+        Raises :class:`~wf.errors.OwnershipConflict` while another node owns the
+        store, and leaves the node a standby on any failure."""
+        async with self._restarting:
+            await self.store.clear_write_fence()
+            await self.store.acquire_ownership(self.owner)
+            self._phase = "starting"
+            try:
+                report = await self._recover(load)
+            except BaseException:
+                self._phase = "standby"
+                self._broken = _STANDBY
+                await self.store.release_ownership()
+                raise
+        self.store.on_ownership_lost = self._ownership_lost
+        self.deposed.clear()
+        self.unrecoverable.clear()
+        self._backoff_s = RECOVERY_BACKOFF_INITIAL_S
+        self._phase = "running"
+        self._loop_task = asyncio.create_task(self._run(), name="wf-scheduler-ticks")
+        return report
+
+    async def step_down(self) -> None:
+        """Stop acting as the owner: stop ticking and recovering, refuse commands,
+        and give ownership up (the store stays open for the next :meth:`take_over`).
+        What the core held is dropped at the next take-over's reload."""
+        self._phase = "standby"
+        if self._broken is None:
+            self._broken = _STANDBY
+        await self._cancel_tasks()
+        self.store.on_ownership_lost = None
+        await self.store.release_ownership()
+
+    async def _cancel_tasks(self) -> None:
+        for task in (self._loop_task, self._recovery):
+            if task is None or task is asyncio.current_task():
+                continue
+            task.cancel()
+            # asyncio.wait, not suppress(CancelledError): a cancellation of the
+            # caller must propagate, not be taken for the loop's.
+            await asyncio.wait({task})
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("task %s ended with %r", task.get_name(), task.exception())
+        self._loop_task = self._recovery = None
+
+    async def _recover(
+        self, load: Callable[[], Awaitable[StoredState]] | None = None
+    ) -> RecoveryReport:
         # Recovery builds millions of objects that all stay alive: the collector's
         # passes over them find nothing and cost ~0.25 s per 10^6 activities.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return await self._recover_all()
+            return await self._recover_all(load or self.store.load)
         finally:
             if collecting:
                 gc.enable()
 
-    async def _recover_all(self) -> RecoveryReport:
+    async def _recover_all(self, load: Callable[[], Awaitable[StoredState]]) -> RecoveryReport:
         started = time.perf_counter()
-        stored = await self.store.load()
+        stored = await load()
         now = self.clock.now()
         snapshot, diagnostics = build_snapshot(stored, self.config, now)
         core, outcome = recover(snapshot, now, adopt=not self.digest_on_recovery)
@@ -283,16 +354,7 @@ class SchedulerNode:
     async def stop(self) -> None:
         """Stop ticking and recovering, flush, release ownership and close the store."""
         self._phase = "stopping"
-        for task in (self._loop_task, self._recovery):
-            if task is None:
-                continue
-            task.cancel()
-            # asyncio.wait, not suppress(CancelledError): a cancellation of the
-            # caller of stop() must propagate, not be taken for the loop's.
-            await asyncio.wait({task})
-            if not task.cancelled():
-                task.result()
-        self._loop_task = self._recovery = None
+        await self._cancel_tasks()
         await self.store.close()
 
     @property
@@ -304,6 +366,8 @@ class SchedulerNode:
         """Whether the node accepts writes, and if not why (see :class:`Readiness`)."""
         if self._phase in ("new", "starting"):
             return Readiness(ready=False, reason="starting")
+        if self._phase == "standby":
+            return Readiness(ready=False, reason="standby")
         if self._phase == "stopping":
             return Readiness(ready=False, reason="stopping")
         broken = self._broken
@@ -487,14 +551,19 @@ class SchedulerNode:
             try:
                 await self.restart()
                 break  # reloaded; a later stop starts a recovery of its own
+            except OwnershipConflict as exc:
+                if not self.yields:
+                    self._recovery_failed(exc)
+                else:
+                    log.warning(
+                        "another node owns the store: %s",
+                        exc.message,
+                        extra={"action": "node.deposed", "error": exc.message},
+                    )
+                    self.deposed.set()
+                    return
             except Exception as exc:  # any failure: the store still refuses; try again
-                detail = exc.message if isinstance(exc, WfError) else repr(exc)
-                log.warning(
-                    "reload attempt %d failed: %s",
-                    self._attempts,
-                    detail,
-                    extra={"action": "node.recovery_failed", "error": detail},
-                )
+                self._recovery_failed(exc)
             finally:
                 self._reloading = False
             if self.writes_stopped and self.clock.now() >= deadline:
@@ -511,6 +580,15 @@ class SchedulerNode:
             "writes resumed: reloaded from the store after %.3f s",
             self.clock.now() - stopped_at,
             extra={"action": "node.writes_resumed", "attempts": self._attempts},
+        )
+
+    def _recovery_failed(self, exc: Exception) -> None:
+        detail = exc.message if isinstance(exc, WfError) else repr(exc)
+        log.warning(
+            "reload attempt %d failed: %s",
+            self._attempts,
+            detail,
+            extra={"action": "node.recovery_failed", "error": detail},
         )
 
     def _notify(self, outcome: Outcome) -> None:
@@ -539,6 +617,10 @@ class SchedulerNode:
                 await self.tick()
             except StoreUnavailable:
                 return  # writes stopped; restart() starts the loop again
+
+
+_STANDBY: Final = OwnershipLost("this node is a standby: another node owns the store")
+"""Why a standby's node refuses commands (the server answers ``not_leader`` first)."""
 
 
 def _cause_code(cause: BaseException) -> str:

@@ -32,8 +32,10 @@ in four kinds, each named for what it promises:
   reused. An id is in use when the core holds it (unfinished, its commit in
   flight or not), still remembers it finished, or the store has it (the
   core's memory of finished ids is bounded; the store's is not). The
-  scheduler API refuses such ids; the run engine, whose submissions are
-  idempotent by id, skips them.
+  scheduler API answers a submission naming such an id with that id when it
+  is a retry of the accepted submission (the same content, compared with
+  what :meth:`~NodeReads.submitted` reads back) and refuses it otherwise; the
+  run engine, whose submissions are idempotent by id, skips them.
 * **Decision reads** (:meth:`~NodeReads.knows_worker`,
   :meth:`~NodeReads.worker_labels`, :meth:`~NodeReads.lease_holder`,
   :meth:`~NodeReads.worker_demand`, :meth:`~NodeReads.attempt`,
@@ -283,6 +285,20 @@ class NodeReads:
         if unknown:
             held |= await node.store.existing_activity_ids(unknown)
         return held
+
+    async def submitted(self, ids: Iterable[str]) -> dict[str, Activity]:
+        """The accepted submissions of those of ``ids`` that were ever stored, by id
+        (``not_before`` as resolved at acceptance), for comparing a retried
+        submission with what was accepted (:func:`~wf.scheduler.model.same_submission`).
+
+        A committed read: it first waits for every commit in flight, so an id the core
+        accepted a moment ago is read back from the store like any other (the store
+        keeps each submission as accepted; the core's copy of a live activity has its
+        ``not_before`` moved by retries). Refused while writes are stopped.
+        """
+        node = self._node
+        await node.durable()
+        return await node.store.submitted_activities(list(ids))
 
     # ---------------------------------------------------- decision reads
 

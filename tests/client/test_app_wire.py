@@ -214,12 +214,14 @@ async def _exercise(app: App, server: WfServer) -> None:
     assert workers[0].info.worker_id == info.worker_id
     assert workers[0].info.capabilities == info.capabilities
 
-    # submit_activities: ids back; duplicates and empty batches refused alike.
+    # submit_activities: ids back; a retry with the same content answers the id, an id
+    # taken with other content and empty batches are refused alike.
     assert await app.submit_activities([_activity("a1"), _activity("a2")]) == ["a1", "a2"]
     assert await api.submit_activities([_activity("a3")], C) == ["a3"]
+    assert await app.submit_activities([_activity("a1")]) == ["a1"]
     await same_refusal(
-        app.submit_activities([_activity("a1")]),
-        api.submit_activities([_activity("a1")], C),
+        app.submit_activities([_activity("a1", priority=0)]),
+        api.submit_activities([_activity("a1", priority=0)], C),
         AlreadyExists,
     )
     await same_refusal(app.submit_activities([]), api.submit_activities([], C), InvalidArgument)

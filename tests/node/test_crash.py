@@ -1,7 +1,7 @@
 """Crash tests: a real scheduler process under load, killed with SIGKILL again and again.
 
-For each backend the test starts :mod:`wf.testing.crash_target` as a real
-subprocess, waits for its ready line (recovery done), lets it work until its
+For each backend the test starts ``crash_target.py`` (beside this file) as a
+real subprocess, waits for its ready line (recovery done), lets it work until its
 acknowledgement file has grown by a random number of lines (so the kill lands
 while real commits are under way, at a random point), kills it with
 ``SIGKILL`` and starts it again. A few kills land during start-up and recovery
@@ -70,6 +70,8 @@ TARGET_SECONDS_MAX = 60.0
 POLL_S = 0.001
 """How often the test looks at the target's output files."""
 S = ActivityState
+CRASH_TARGET = Path(__file__).with_name("crash_target.py")
+"""The process under test, run as a script (it imports only the installed wf)."""
 
 
 @dataclass
@@ -100,8 +102,7 @@ class CrashRun:
         err = self.workdir / f"run-{self.spawned:03d}.err"
         argv = [
             sys.executable,
-            "-m",
-            "wf.testing.crash_target",
+            str(CRASH_TARGET),
             *self.location.args,
             "--ack-file",
             str(self.ack_file),

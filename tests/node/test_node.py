@@ -391,7 +391,16 @@ def test_recovery_expires_stale_leases_requeues_with_counters_and_fails_closed(
         report = await again.start(background=False)
         assert report.diagnostics == []
         assert (report.activities, report.leases, report.workers) == (4, 3, 1)
-        assert (report.expired_leases, report.requeued) == (3, 2)
+        # Recovery never blames a worker for the time nobody served: every held lease
+        # gets a fresh grace of one TTL (issue 15, docs/ha.md).
+        assert (report.expired_leases, report.requeued) == (0, 0)
+        recovered_at = clock.now()
+        for aid in ("idem", "risky", "unstarted"):
+            assert again.core.activities[aid].lease_expires_at == recovered_at + CONFIG.lease_ttl_s
+        # The worker did not come back: one TTL later its leases lapse as before.
+        clock.advance(CONFIG.lease_ttl_s + 0.001)
+        await again.tick()
+        assert (again.core.metrics.expired_leases, again.core.metrics.requeued) == (3, 2)
         core = again.core
         for aid in ("idem", "unstarted"):
             a, old = core.activities[aid], before[aid]

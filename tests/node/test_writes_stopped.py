@@ -154,6 +154,9 @@ def test_a_failed_commit_stops_writes_visibly_and_the_node_recovers_by_itself(
                         "cause": None,
                         "stopped_for_s": None,
                         "recovery_attempts": 0,
+                        "role": "active",
+                        "node_id": server.cluster.node_id,
+                        "epoch": server.cluster.epoch,
                     },
                 )
                 info = WorkerInfo(worker_id="w1", max_concurrency=4, heartbeat_interval_s=3600)

@@ -245,12 +245,15 @@ def test_a_server_whose_store_refuses_writes_recovers_by_itself(
     assert server.proc.wait(WAIT_MAX_S) == EXIT_WRITES_STOPPED
 
 
-def test_a_server_that_cannot_recover_in_time_exits_non_zero(
+def test_a_server_that_cannot_recover_in_time_exits_non_zero_or_steps_down(
     location: Location, start_server: Callable[[Location, float], Server]
 ) -> None:
+    """SQLite: the lone server exits for its supervisor to restart it. PostgreSQL: a
+    node of a cluster steps down to a standby instead, and campaigns until the store
+    takes writes again, then serves (docs/ha.md)."""
     server = start_server(location, 1.5)
     fault = Fault(location, server)
-    with App.sync(server.url) as app:
+    with App.sync(server.url, failover_timeout_s=0) as app:
         app.submit_activities([echo.activity("before", kwargs={"n": 1})])
         # Done first: an in-process worker holding a result it cannot deliver would
         # hold the drain for its drain timeout.
@@ -258,6 +261,13 @@ def test_a_server_that_cannot_recover_in_time_exits_non_zero(
         fault.stop_writes()
         with pytest.raises(StoreUnavailable):
             app.submit_activities([echo.activity("doomed", kwargs={"n": 2})])
+    if location.dsn is not None:
+        wait_until(lambda: bool(server.logs("node.recovery_gave_up")), "the give-up line")
+        wait_until(lambda: server.get("/readyz")[1].get("role") == "standby", "the step down")
+        assert server.proc.poll() is None
+        fault.resume_writes()
+        wait_until(lambda: server.get("/readyz")[0] == 200, "the node to serve again")
+        return
     assert server.proc.wait(WAIT_MAX_S) == EXIT_WRITES_STOPPED
     wait_until(lambda: bool(server.logs("node.recovery_gave_up")), "the give-up line")
     [gave_up] = server.logs("node.recovery_gave_up")

@@ -644,7 +644,10 @@ def test_mtls_refuses_clients_without_a_valid_certificate(
             # Even with a valid admin token: the connection never reaches HTTP.
             files = pki.clients[cert] if cert is not None else (None, None)
             context = client_ssl_context(pki.ca, *files)
-            async with RpcClient(_url(server), token=TOKENS["admin"], ssl_context=context) as c:
+            # No failover budget: one server, refused for good (the budget only waits).
+            async with RpcClient(
+                _url(server), token=TOKENS["admin"], ssl_context=context, failover_timeout_s=0
+            ) as c:
                 with pytest.raises(RpcUnavailable):
                     await c.call("scheduler.queue.stats")
             assert authenticated == []

@@ -73,8 +73,11 @@ def test_another_tenants_activity_id_answers_exactly_like_a_free_one(tmp_path: P
         ) == await refusal(scheduler.submit_activities(mine("acme.job-3", ordering_key="z"), ACME))
         # Inside its namespace the tenant creates freely, and only hears of its own ids.
         assert await scheduler.submit_activities(mine("acme.job-1"), ACME) == ["acme.job-1"]
+        # The same submission again is a retry (answered with the id); other content
+        # under the id is refused.
+        assert await scheduler.submit_activities(mine("acme.job-1"), ACME) == ["acme.job-1"]
         with pytest.raises(AlreadyExists):
-            await scheduler.submit_activities(mine("acme.job-1"), ACME)
+            await scheduler.submit_activities(mine("acme.job-1", priority=0), ACME)
 
     serve(tmp_path, body)
 

@@ -315,8 +315,9 @@ def test_application_errors_carry_their_stable_code(tmp_path: Path) -> None:
             "details": {"activity_id": "nope"},
         }
         await wire.call("scheduler.activities.submit", {"activities": [ACTIVITY]})
+        other = {**ACTIVITY, "priority": 0}
         error = _error(
-            await wire.call("scheduler.activities.submit", {"activities": [ACTIVITY]}, 2),
+            await wire.call("scheduler.activities.submit", {"activities": [other]}, 2),
             -32011,
             2,
         )

@@ -43,6 +43,14 @@ DELIBERATE: dict[str, str] = {
         "the write fence (ownership epoch, commit sequence) is PostgreSQL's; SQLite's one "
         "writing connection lives and dies with its file lock"
     ),
+    "table cluster_nodes: postgres only": (
+        "the nodes of a cluster on one PostgreSQL store report there (docs/ha.md); an "
+        "SQLite store has one server"
+    ),
+    "table change_log: postgres only": (
+        "the log a PostgreSQL standby follows to keep its copy warm (docs/ha.md)"
+    ),
+    "table change_log_meta: postgres only": "how far the active pruned that log",
     "activities: primary key (seq) vs (activity_id)": (
         "SQLite keys activities by seq (the rowid) so that rows lie in creation order for "
         "recovery's scan; PostgreSQL keys them by id. Both keep the other column unique"

@@ -16,11 +16,19 @@ Handler = Callable[[argparse.Namespace], int]
 
 def build_parser() -> argparse.ArgumentParser:
     """The full ``wf`` parser with every command group registered."""
-    from wf.cli import cron_cmd, demo_cmd, schedules_cmd, sim_cmd, store_cmd, worker_cmd
+    from wf.cli import (
+        cluster_cmd,
+        cron_cmd,
+        demo_cmd,
+        schedules_cmd,
+        sim_cmd,
+        store_cmd,
+        worker_cmd,
+    )
 
     parser = argparse.ArgumentParser(prog="wf", description="wf workflow scheduler tools")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (cron_cmd, demo_cmd, schedules_cmd, sim_cmd, store_cmd, worker_cmd):
+    for module in (cluster_cmd, cron_cmd, demo_cmd, schedules_cmd, sim_cmd, store_cmd, worker_cmd):
         module.register(subparsers)
     return parser
 

@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         dest="servers",
         metavar="URL",
-        help=f"server URL; repeat for failover (default {DEFAULT_SERVER})",
+        help=f"server URL; repeat or comma-separate for a cluster (default {DEFAULT_SERVER})",
     )
     common.add_argument("--token", help=f"bearer token (or ${TOKEN_ENV})")
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -87,21 +87,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     group = subparsers.add_parser("schedules", help="administer deployment schedules")
     actions = group.add_subparsers(dest="schedules_command", required=True)
 
-    def add(name: str, helptext: str, command: Command) -> argparse.ArgumentParser:
+    def add(
+        name: str, helptext: str, command: Command, *, one: bool = True
+    ) -> argparse.ArgumentParser:
+        """A subcommand; ``one``: it acts on one schedule, named first."""
         sub = actions.add_parser(name, help=helptext, description=helptext, parents=[common])
         sub.set_defaults(handler=_handler(command))
+        if one:
+            sub.add_argument("schedule_id", metavar="ID")
         return sub
 
-    sub = add("create", "create a schedule from a JSON body", _create)
-    sub.add_argument(
-        "--file",
-        required=True,
-        metavar="F.json",
-        help=f"JSON object with {', '.join(_CREATE_FIELDS)} ('-' reads stdin)",
-    )
-    sub = add("get", "show one schedule", _get)
-    sub.add_argument("schedule_id", metavar="ID")
-    sub = add("list", "list schedules (every page, unless --cursor or --page)", _list)
+    def body_file(sub: argparse.ArgumentParser, fields: str) -> None:
+        sub.add_argument(
+            "--file",
+            required=True,
+            metavar="F.json",
+            help=f"JSON object with {fields} ('-' reads stdin)",
+        )
+
+    sub = add("create", "create a schedule from a JSON body", _create, one=False)
+    body_file(sub, ", ".join(_CREATE_FIELDS))
+    add("get", "show one schedule", _get)
+    sub = add("list", "list schedules (every page, unless --cursor or --page)", _list, one=False)
     sub.add_argument("--include-deleted", action="store_true", help="also list deleted ones")
     sub.add_argument("--limit", type=int, default=100, metavar="N", help="page size, 1-100 (100)")
     one_page = sub.add_mutually_exclusive_group()
@@ -112,7 +119,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--page", action="store_true", help="show only the first page (and its next_cursor)"
     )
     sub = add("update", "change the fields given in a JSON body", _update)
-    sub.add_argument("schedule_id", metavar="ID")
     sub.add_argument(
         "--expected-revision",
         type=int,
@@ -120,31 +126,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="the revision the edit is based on (see get)",
     )
-    sub.add_argument(
-        "--file",
-        required=True,
-        metavar="F.json",
-        help=f"JSON object with any of {', '.join(_UPDATE_FIELDS)} ('-' reads stdin)",
-    )
+    body_file(sub, f"any of {', '.join(_UPDATE_FIELDS)}")
     sub = add("pause", "stop future admission (an active run goes on)", _pause)
-    sub.add_argument("schedule_id", metavar="ID")
     sub.add_argument("--reason", help="why (shown by get)")
-    sub = add("resume", "admit again from the next future instant", _resume)
-    sub.add_argument("schedule_id", metavar="ID")
-    sub = add("delete", "soft delete: no admission; runs and history stay", _delete)
-    sub.add_argument("schedule_id", metavar="ID")
+    add("resume", "admit again from the next future instant", _resume)
+    add("delete", "soft delete: no admission; runs and history stay", _delete)
     sub = add("occurrences", "list a schedule's occurrences, oldest first", _occurrences)
-    sub.add_argument("schedule_id", metavar="ID")
-    sub.add_argument("--limit", type=int, default=50, metavar="N", help="page size, 1-100 (50)")
-    sub.add_argument("--cursor", metavar="C", help="continue after a previous page")
+    _paging(sub)
     sub.add_argument(
         "--all", action="store_true", help="follow the cursor to the last page (--limit per page)"
     )
     sub = add("preview", "the next instants the trigger yields", _preview)
-    sub.add_argument("schedule_id", metavar="ID")
     sub.add_argument("--count", type=int, default=5, metavar="N", help="how many, 1-100 (5)")
-    sub = add("trigger", "start one manual run now through the schedule's bindings", _trigger)
-    sub.add_argument("schedule_id", metavar="ID")
+    add("trigger", "start one manual run now through the schedule's bindings", _trigger)
 
     runs = subparsers.add_parser("runs", help="list and inspect workflow runs")
     run_actions = runs.add_subparsers(dest="runs_command", required=True)
@@ -153,11 +147,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.add_argument("--deployment", metavar="D", help="only runs of this deployment")
     sub.add_argument("--schedule", metavar="S", help="only runs this schedule admitted")
     sub.add_argument("--status", metavar="X", help="only runs in this status")
-    sub.add_argument("--limit", type=int, default=50, metavar="N", help="page size, 1-100 (50)")
-    sub.add_argument("--cursor", metavar="C", help="continue after a previous page")
+    _paging(sub)
     sub = run_actions.add_parser("inspect", help="show one run and its trace", parents=[common])
     sub.set_defaults(handler=_handler(_runs_inspect))
     sub.add_argument("run_id", metavar="RUN_ID")
+
+
+def _paging(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--limit", type=int, default=50, metavar="N", help="page size, 1-100 (50)")
+    sub.add_argument("--cursor", metavar="C", help="continue after a previous page")
 
 
 def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
@@ -217,13 +215,9 @@ def _list(app: SyncApp, args: argparse.Namespace) -> int:
 
     if args.page or args.cursor is not None:
         page = page_after(args.cursor)
-        return _emit(args, page, lambda: _schedules_page_text(page))
+        return _emit(args, page, lambda: _schedules_table(page["schedules"]) + _more(page))
     # Every page, in order: the listing is paged on the server (at most 100 a call).
-    page = page_after(None)
-    views = list(page["schedules"])
-    while page["next_cursor"] is not None:
-        page = page_after(page["next_cursor"])
-        views.extend(page["schedules"])
+    views = _every_page(page_after(None), page_after, "schedules")
     return _emit(args, views, lambda: _schedules_table(views))
 
 
@@ -256,11 +250,7 @@ def _occurrences(app: SyncApp, args: argparse.Namespace) -> int:
 
     page = page_after(args.cursor)
     if args.all:
-        rows = list(page["occurrences"])
-        while page["next_cursor"] is not None:
-            page = page_after(page["next_cursor"])
-            rows.extend(page["occurrences"])
-        page = {"occurrences": rows, "next_cursor": None}
+        page = {"occurrences": _every_page(page, page_after, "occurrences"), "next_cursor": None}
     return _emit(args, page, lambda: _occurrences_table(page))
 
 
@@ -279,6 +269,17 @@ def _trigger(app: SyncApp, args: argparse.Namespace) -> int:
             + _run_text(view)
         ),
     )
+
+
+def _every_page(
+    page: dict[str, Any], page_after: Callable[[str | None], dict[str, Any]], key: str
+) -> list[Any]:
+    """The ``key`` items of ``page`` and of every page after it, in order."""
+    items = list(page[key])
+    while page["next_cursor"] is not None:
+        page = page_after(page["next_cursor"])
+        items.extend(page[key])
+    return items
 
 
 def _body(path: str, allowed: Sequence[str]) -> dict[str, Any]:
@@ -361,13 +362,6 @@ def _schedules_table(views: list[dict[str, Any]]) -> str:
     return _table(headers, rows)
 
 
-def _schedules_page_text(page: dict[str, Any]) -> str:
-    text = _schedules_table(page["schedules"])
-    if page["next_cursor"] is not None:
-        text += f"\n\nmore: --cursor {page['next_cursor']}"
-    return text
-
-
 def _schedule_text(v: dict[str, Any], verb: str | None = None) -> str:
     overlap = v["overlap"]
     if overlap == "parallel":
@@ -411,9 +405,7 @@ def _occurrences_table(page: dict[str, Any]) -> str:
         for o in page["occurrences"]
     ]
     text = _table(("INSTANT", "STATUS", "RUN", "DETAIL"), rows) if rows else "(no occurrences)"
-    if page["next_cursor"] is not None:
-        text += f"\n\nmore: --cursor {page['next_cursor']} (or --all)"
-    return text
+    return text + _more(page, " (or --all)")
 
 
 def _preview_table(instants: list[dict[str, Any]]) -> str:
@@ -436,10 +428,7 @@ def _runs_table(page: dict[str, Any]) -> str:
         for r in page["runs"]
     ]
     headers = ("RUN", "STATUS", "DEPLOYMENT", "TRIGGER", "CREATED", "FINISHED")
-    text = _table(headers, rows) if rows else "(no runs)"
-    if page["next_cursor"] is not None:
-        text += f"\n\nmore: --cursor {page['next_cursor']}"
-    return text
+    return (_table(headers, rows) if rows else "(no runs)") + _more(page)
 
 
 def _run_text(v: dict[str, Any]) -> str:
@@ -483,6 +472,12 @@ def _run_text(v: dict[str, Any]) -> str:
         headers = ("NODE", "KIND", "STATUS", "STARTED", "FINISHED", "ATTEMPTS")
         text += "\n\n" + _table(headers, rows)
     return text
+
+
+def _more(page: dict[str, Any], hint: str = "") -> str:
+    """The line that says how to read the next page (nothing on the last one)."""
+    cursor = page["next_cursor"]
+    return "" if cursor is None else f"\n\nmore: --cursor {cursor}{hint}"
 
 
 def _status(v: dict[str, Any]) -> str:

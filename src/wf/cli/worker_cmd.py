@@ -1,11 +1,13 @@
 """``wf worker``: run a worker process from the command line.
 
-``wf worker --app module:object [--server URL ...] [--token T] [--ca FILE
+``wf worker --app module:object [--server URL[,URL...] ...] [--token T] [--ca FILE
 --cert FILE --key FILE] [--worker-id ID] [--max-concurrency N] ...``
 
 ``object`` is a :class:`wf.worker.Worker` (command-line flags override its
 settings), a list of ``@activity`` definitions, or a function returning one
-of those. The current directory is importable, as with ``python -m``. The
+of those. The current directory is importable, as with ``python -m``.
+``--server`` may be repeated or comma-separated: the worker follows the
+active node of a cluster (see :mod:`wf.worker.runtime`). The
 token may come from ``WF_WORKER_TOKEN`` instead of the command line (which
 other users of the host can read). SIGTERM or SIGINT drains gracefully; a
 second one stops at once. Logs are JSON lines on stderr.
@@ -41,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         dest="servers",
         metavar="URL",
-        help=f"server URL; repeat for failover (default {DEFAULT_SERVER})",
+        help=f"server URL; repeat or comma-separate for a cluster (default {DEFAULT_SERVER})",
     )
     parser.add_argument("--token", help=f"worker credential (or ${TOKEN_ENV})")
     parser.add_argument("--ca", help="CA certificate that signed the server's (PEM)")

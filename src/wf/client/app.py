@@ -32,6 +32,15 @@ runtime or the store (``tests/test_import_layers.py``).
 
 :class:`SyncApp` runs the same coroutines on a private event loop for
 scripts and the CLI.
+
+Both take one server URL or several (a list, or comma-separated): the
+transport follows the active node of a cluster and retries within a
+failover budget (see :mod:`wf.client.rpc_client`, which also says why a
+retried call is never applied twice). The two calls that would otherwise
+start something twice, :meth:`App.start_run` and
+:meth:`App.trigger_schedule`, carry a ``request_id``: the caller's, or one
+drawn per logical call (uuid4 hex) and kept across the transport's retries,
+so a start retried after a lost answer returns the run it started.
 """
 
 # The twin table carries each result type and _call decodes into it, so the
@@ -42,12 +51,13 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Final, Self, TypeAlias, TypeVar
 
 import msgspec
 
-from wf.client.rpc_client import RpcClient
+from wf.client.rpc_client import FAILOVER_TIMEOUT_S, LONG_POLL_MARGIN_S, RpcClient
 from wf.scheduler.model import Activity, HeartbeatStats, WorkerInfo
 from wf.scheduler.outputs import LeaseRevoked
 from wf.tuning import loop_factory
@@ -93,13 +103,22 @@ RPC_TWINS: Final[Mapping[str, Twin]] = _twins([DISCOVER, *cluster_methods.METHOD
 """``rpc.*`` and ``cluster.*``: the server's own methods."""
 
 
+def new_request_id() -> str:
+    """A fresh request id: 32 hex digits, unique across clients and processes."""
+    # uuid4 (banned in the deterministic core): a client's request ids must differ
+    # from every other client's, with no coordination.
+    return uuid.uuid4().hex  # noqa: TID251
+
+
 class App:
     """The async admin client (see the module docstring).
 
     ``async with App("http://127.0.0.1:8765", token=...) as app: ...``; with
-    several URLs it fails over between nodes. Errors are the server's typed
-    :class:`~wf.errors.WfError` subclasses; an unreachable server raises
-    :class:`~wf.errors.RpcUnavailable`.
+    several URLs (a list or ``"http://a:8765,http://b:8765"``) it follows the
+    active node, retrying for at most ``failover_timeout_s`` after a call's
+    first failure. Errors are the server's typed :class:`~wf.errors.WfError`
+    subclasses; no server reachable within the budget raises
+    :class:`~wf.errors.RpcUnavailable`, only standbys :class:`~wf.errors.NotLeader`.
     """
 
     TWINS: ClassVar[Mapping[str, Twin]] = {
@@ -116,8 +135,14 @@ class App:
         *,
         token: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        failover_timeout_s: float = FAILOVER_TIMEOUT_S,
     ) -> None:
-        self.rpc = RpcClient(url_or_urls, token=token, ssl_context=ssl_context)
+        self.rpc = RpcClient(
+            url_or_urls,
+            token=token,
+            ssl_context=ssl_context,
+            failover_timeout_s=failover_timeout_s,
+        )
         """The transport, for batches and raw calls."""
 
     @staticmethod
@@ -126,9 +151,15 @@ class App:
         *,
         token: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        failover_timeout_s: float = FAILOVER_TIMEOUT_S,
     ) -> SyncApp:
         """A blocking facade over a new client (for scripts and the CLI)."""
-        return SyncApp(url_or_urls, token=token, ssl_context=ssl_context)
+        return SyncApp(
+            url_or_urls,
+            token=token,
+            ssl_context=ssl_context,
+            failover_timeout_s=failover_timeout_s,
+        )
 
     async def close(self) -> None:
         """Close the connections."""
@@ -140,11 +171,11 @@ class App:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _call(self, name: str, **params: Any) -> Any:
+    async def _call(self, name: str, *, timeout_s: float | None = None, **params: Any) -> Any:
         """The one call path: build the server's params Struct, call, decode."""
         twin = self.TWINS[name]
         wire = msgspec.to_builtins(twin.params(**params))
-        return twin.decode(await self.rpc.call(twin.name, wire))
+        return twin.decode(await self.rpc.call(twin.name, wire, timeout_s=timeout_s))
 
     # ------------------------------------------------------------ admin calls
 
@@ -223,10 +254,21 @@ class App:
         return await self._call("list_deployments", limit=limit, cursor=cursor)
 
     async def start_run(
-        self, deployment_id: str, inputs: dict[str, Any] | None = None
+        self,
+        deployment_id: str,
+        inputs: dict[str, Any] | None = None,
+        *,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
-        """Start a run of a deployment; returns its view."""
-        return await self._call("start_run", deployment_id=deployment_id, inputs=inputs)
+        """Start a run of a deployment; returns its view. A repeated ``request_id``
+        returns the run it started (default: one drawn for this call, kept across
+        the transport's retries)."""
+        return await self._call(
+            "start_run",
+            deployment_id=deployment_id,
+            inputs=inputs,
+            request_id=request_id if request_id is not None else new_request_id(),
+        )
 
     async def inspect_run(self, run_id: str) -> dict[str, Any]:
         """A run's status, inputs, trace, output and checkpoint."""
@@ -358,9 +400,17 @@ class App:
         """The next ``count`` instants the trigger yields (UTC and wall time)."""
         return await self._call("preview_schedule", schedule_id=schedule_id, count=count)
 
-    async def trigger_schedule(self, schedule_id: str) -> dict[str, Any]:
-        """Start one manual run now through the schedule's bindings; returns its view."""
-        return await self._call("trigger_schedule", schedule_id=schedule_id)
+    async def trigger_schedule(
+        self, schedule_id: str, *, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """Start one manual run now through the schedule's bindings; returns its view.
+        A repeated ``request_id`` returns the run it started (default: one drawn for
+        this call, kept across the transport's retries)."""
+        return await self._call(
+            "trigger_schedule",
+            schedule_id=schedule_id,
+            request_id=request_id if request_id is not None else new_request_id(),
+        )
 
     # ----------------------------------------------------------- worker calls
 
@@ -383,7 +433,12 @@ class App:
         """Long poll: up to ``max_items`` leases, waiting at most ``wait_s`` seconds; the
         first ``start`` grants of activities that may run again are started on grant."""
         return await self._call(
-            "poll", worker_id=worker_id, max_items=max_items, wait_s=wait_s, start=start
+            "poll",
+            timeout_s=wait_s + LONG_POLL_MARGIN_S,
+            worker_id=worker_id,
+            max_items=max_items,
+            wait_s=wait_s,
+            start=start,
         )
 
     async def shutdown_worker(self, worker_id: str) -> int:
@@ -448,11 +503,19 @@ class SyncApp:
         *,
         token: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        failover_timeout_s: float = FAILOVER_TIMEOUT_S,
     ) -> None:
+        # Built first: a bad URL raises before a loop exists that would need closing.
+        app = App(
+            url_or_urls,
+            token=token,
+            ssl_context=ssl_context,
+            failover_timeout_s=failover_timeout_s,
+        )
         # uvloop where installed (wf.tuning): a blocking caller pays the loop's own
         # cost on every call.
         self._loop = (loop_factory() or asyncio.new_event_loop)()
-        self.app = App(url_or_urls, token=token, ssl_context=ssl_context)
+        self.app = app
         """The async client underneath (its session lives on the private loop)."""
 
     def run(self, call: Callable[[App], Awaitable[R]]) -> R:

@@ -22,6 +22,16 @@ idle leaves the pool at once; one whose response says ``close``, fails to
 parse, or whose request is cancelled (a timeout) is closed, since its state
 is unknown. Failures raise :class:`HttpError`; nothing is retried here, as
 with any POST that may have been applied.
+
+Dead peers are found by bounds, not by waiting: connecting gives up after
+``connect_timeout_s`` (:data:`CONNECT_TIMEOUT_S`), and every socket has TCP
+keepalive probes and, where the platform has it, ``TCP_USER_TIMEOUT``
+(:data:`KEEPALIVE_IDLE_S` and its siblings), so a server that froze or whose
+host vanished (no FIN, no RST) is noticed by the kernel within seconds
+instead of the system default of two hours. The caller bounds each request
+itself (``RpcClient``'s per-call timeouts); these bounds catch what a
+request timeout cannot see, such as an idle pooled connection to a host that
+is gone.
 """
 
 from __future__ import annotations
@@ -36,16 +46,55 @@ from urllib.parse import urlsplit
 
 import httptools
 
-__all__ = ["CONNECTIONS_MAX", "Http1Pool", "HttpError", "Origin", "Response"]
+__all__ = [
+    "CONNECTIONS_MAX",
+    "CONNECT_TIMEOUT_S",
+    "Http1Pool",
+    "HttpConnectError",
+    "HttpError",
+    "HttpTlsConnectError",
+    "HttpTlsError",
+    "Origin",
+    "Response",
+]
 
 CONNECTIONS_MAX: Final = 100
 """Most connections one pool has open at once (aiohttp's default limit too)."""
 IDLE_MAX: Final = 16
 """Most idle connections kept per origin."""
+CONNECT_TIMEOUT_S: Final = 2.0
+"""Longest a TCP (and TLS) connect may take. A live server on a LAN accepts in
+milliseconds; a black-holed address would otherwise hold the caller for the
+kernel's SYN retries (over two minutes on Linux)."""
+KEEPALIVE_IDLE_S: Final = 5
+"""Seconds a connection may be silent before the kernel sends keepalive probes."""
+KEEPALIVE_INTERVAL_S: Final = 2
+"""Seconds between keepalive probes."""
+KEEPALIVE_PROBES: Final = 3
+"""Unanswered probes after which the kernel drops the connection (so a silent dead
+peer is found within ``KEEPALIVE_IDLE_S + KEEPALIVE_PROBES * KEEPALIVE_INTERVAL_S``,
+11 s)."""
+USER_TIMEOUT_MS: Final = 10_000
+"""``TCP_USER_TIMEOUT`` where the platform has it (Linux): sent data that stays
+unacknowledged this long drops the connection, which keepalive alone does not
+cover (probes are only sent while nothing is in flight)."""
 
 
 class HttpError(Exception):
     """The request got no complete HTTP response (connect, reset, malformed answer)."""
+
+
+class HttpConnectError(HttpError):
+    """No connection could be opened: the request was certainly not sent."""
+
+
+class HttpTlsError(HttpError):
+    """TLS refused the connection (certificate, protocol version, an alert from the
+    server): configuration, not a passing failure."""
+
+
+class HttpTlsConnectError(HttpTlsError, HttpConnectError):
+    """TLS refused the connection during the handshake: the request was not sent."""
 
 
 class Response(NamedTuple):
@@ -88,6 +137,27 @@ class Origin(NamedTuple):
         return "\r\n".join(lines).encode("latin-1")
 
 
+def _tune_socket(sock: socket.socket) -> None:
+    """No Nagle delay; keepalive and user timeout (see the module docstring)."""
+    options = [
+        # One write per request: no reason to let Nagle hold it back.
+        (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),
+        (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+    ]
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+        ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:  # absent on some platforms: the defaults stay
+            options.append((socket.IPPROTO_TCP, option, value))
+    for level, option, value in options:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(level, option, value)
+
+
 class _Connection(asyncio.Protocol):
     """One keep-alive connection: a request at a time, its response parsed as it comes."""
 
@@ -107,9 +177,7 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            with contextlib.suppress(OSError):
-                # One write per request: no reason to let Nagle hold it back.
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _tune_socket(sock)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -122,7 +190,8 @@ class _Connection(asyncio.Protocol):
         self.pool._forget(self)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
-            waiter.set_exception(HttpError(f"connection closed before the response ended: {exc}"))
+            kind = HttpTlsError if isinstance(exc, ssl.SSLError) else HttpError
+            waiter.set_exception(kind(f"connection closed before the response ended: {exc}"))
 
     # --------------------------------------------------------- parser callbacks
 
@@ -183,8 +252,15 @@ class _Connection(asyncio.Protocol):
 class Http1Pool:
     """Keep-alive HTTP/1.1 connections per origin (see the module docstring)."""
 
-    def __init__(self, ssl_context: ssl.SSLContext | None = None, *, limit: int = CONNECTIONS_MAX):
+    def __init__(
+        self,
+        ssl_context: ssl.SSLContext | None = None,
+        *,
+        limit: int = CONNECTIONS_MAX,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    ):
         self._ssl = ssl_context
+        self._connect_timeout_s = connect_timeout_s
         self._idle: dict[Origin, list[_Connection]] = {}
         self._open: set[_Connection] = set()
         self._slots = asyncio.Semaphore(limit)
@@ -195,7 +271,9 @@ class Http1Pool:
 
         Raises:
             HttpError: no complete response (the request may or may not have been
-                applied); OSError and ssl.SSLError from connecting pass as HttpError.
+                applied); :class:`HttpConnectError` when no connection could be
+                opened (OSError, ssl.SSLError or the connect timeout): the request
+                was not sent.
         """
         if self._closed:
             raise HttpError("the HTTP client is closed")
@@ -236,15 +314,18 @@ class Http1Pool:
                 self._ssl = ssl.create_default_context()
             context = self._ssl
         try:
-            _transport, conn = await loop.create_connection(
-                lambda: _Connection(self, origin),
-                origin.host,
-                origin.port,
-                ssl=context,
-                server_hostname=origin.host if secure else None,
-            )
-        except (OSError, ssl.SSLError) as exc:
-            raise HttpError(f"cannot connect to {origin.host}:{origin.port}: {exc}") from exc
+            async with asyncio.timeout(self._connect_timeout_s):
+                _transport, conn = await loop.create_connection(
+                    lambda: _Connection(self, origin),
+                    origin.host,
+                    origin.port,
+                    ssl=context,
+                    server_hostname=origin.host if secure else None,
+                    ssl_handshake_timeout=self._connect_timeout_s if secure else None,
+                )
+        except (OSError, ssl.SSLError, TimeoutError) as exc:
+            kind = HttpTlsConnectError if isinstance(exc, ssl.SSLError) else HttpConnectError
+            raise kind(f"cannot connect to {origin.host}:{origin.port}: {exc!r}") from exc
         self._open.add(conn)
         return conn
 

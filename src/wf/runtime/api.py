@@ -33,24 +33,33 @@ tenant's deployment answers :class:`~wf.errors.NotFound`, like an absent one).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Collection
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol, TypeVar
 
 from wf.clock import Clock
-from wf.errors import Conflict, CorruptRecord, Forbidden, InvalidArgument, NotFound, UnknownPolicy
+from wf.errors import (
+    AlreadyExists,
+    Conflict,
+    CorruptRecord,
+    Forbidden,
+    InvalidArgument,
+    NotFound,
+    UnknownPolicy,
+)
 from wf.runtime import deployments as dep
 from wf.runtime.artifacts import Artifact, artifact_from_row, artifact_row, check_version
 from wf.runtime.engine import RunEngine
 from wf.runtime.plan import ActivityNode, Plan, check_id, plan_from_builtins
-from wf.runtime.runs import Run, RunStatus, Trigger, run_from_row
+from wf.runtime.runs import Run, RunStatus, Trigger, request_digest, run_from_row
 from wf.runtime.schema import instance_problems
 from wf.runtime.trace import decode_cursor, encode_cursor, run_summary, run_view
 from wf.store.catalog import revision_conflict
 from wf.store.protocol import Catalog, RunRow
 from wf.tenancy import require_namespace
 from wf.wire import paging
-from wf.wire.bounds import PAGE_LIMIT_MAX, check_text
+from wf.wire.bounds import PAGE_LIMIT_MAX, check_name, check_text
 from wf.wire.paging import PAGE_BYTES_MAX, PAGE_LIMIT_DEFAULT, check_limit, views_in_slices
 from wf.wire.workflow import ArtifactPage as ArtifactPage
 from wf.wire.workflow import DeploymentPage as DeploymentPage
@@ -379,19 +388,83 @@ class WorkflowAPI:
         return run, artifact.plan
 
     async def start_run(
-        self, deployment_id: str, inputs: dict[str, Any] | None = None, *, caller: Scope
+        self,
+        deployment_id: str,
+        inputs: dict[str, Any] | None = None,
+        *,
+        caller: Scope,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
         """Start a run of ``deployment_id`` now; returns its view (see ``inspect_run``).
+
+        With a ``request_id`` the call may be retried safely: a retry (same
+        deployment and inputs) answers the run the first call started, as it stands
+        now, and starts nothing; the same request id with another deployment or
+        other inputs is AlreadyExists naming that run. Request ids are unique per
+        tenant (the deployment's).
 
         Raises InvalidArgument (inputs), NotFound (deployment), Forbidden
         (another tenant) and Overloaded (backpressure refuses new workflows;
         nothing is stored then).
         """
-        run, plan = await self.prepare_run(deployment_id, inputs, caller=caller)
+        if request_id is None:
+            run, plan = await self.prepare_run(deployment_id, inputs, caller=caller)
+            return await self._view(*await self.start_prepared(run, plan))
+        check_request_id(request_id)
+        digest = request_digest("start", deployment_id, inputs)
+        deployment = await self.get_deployment(deployment_id, caller=caller)
+        _require_tenant(caller, deployment.tenant)
+        found = await self.requested_run(deployment.tenant, request_id, digest)
+        if found is None:
+            run, plan = await self.prepare_run(deployment_id, inputs, caller=caller)
+            run.request_id, run.request_digest = request_id, digest
+            found = await self.start_prepared(run, plan)
+        return await self._view(*found)
+
+    async def start_prepared(self, run: Run, plan: Plan) -> tuple[Run, Plan]:
+        """Admit and begin a prepared run (backpressure first); returns it begun.
+
+        A run carrying a request id whose tenant already used it is not admitted:
+        the run that id started is returned instead (AlreadyExists if it was
+        started by another request, see :meth:`requested_run`)."""
         self.engine.node.reads.admit_new_workflow(self.clock.now())
-        admitted = await self.engine.admit(run, plan)
-        started = await self.engine.begin(admitted.run_id)
-        return await self._view(started, plan)
+        try:
+            admitted = await self.engine.admit(run, plan)
+        except AlreadyExists as exc:
+            # Another call under this request id committed between our look-up and our
+            # insert; the store's unique key refused ours, so answer with the one stored.
+            if run.request_id is None or run.request_digest is None:
+                raise
+            found = await self.requested_run(run.tenant, run.request_id, run.request_digest)
+            if found is None:
+                raise exc from None
+            return found
+        return await self.engine.begin(admitted.run_id), plan
+
+    async def requested_run(
+        self, tenant: str, request_id: str, digest: str
+    ) -> tuple[Run, Plan] | None:
+        """The run ``tenant``'s ``request_id`` started (begun if it was still only
+        admitted), or ``None``; AlreadyExists naming that run if it was started by a
+        request other than ``digest``."""
+        row = await self.store.run_for_request(tenant, request_id)
+        if row is None:
+            return None
+        stored = run_from_row(row)
+        if stored.request_digest != digest:
+            raise AlreadyExists(
+                f"request id {request_id!r} already started run {row.run_id!r} for "
+                "another request (another deployment, schedule or inputs)",
+                request_id=request_id,
+                run_id=row.run_id,
+            )
+        run, plan = await self.engine.get(row.run_id)
+        if run.status is RunStatus.ADMITTED and run.trigger.kind == "manual":
+            # The first call stopped between storing and beginning it (or is still on
+            # its way): begin it now; the engine begins a run once (Conflict after).
+            with contextlib.suppress(Conflict):
+                run = await self.engine.begin(row.run_id)
+        return run, plan
 
     async def inspect_run(self, run_id: str, *, caller: Scope) -> dict[str, Any]:
         """Status, pinned inputs and artifact, per-node trace (attempts, workers,
@@ -509,6 +582,14 @@ def _within_bytes(page: list[R], size: Callable[[R], int]) -> list[R]:
         if i > 0 and total > PAGE_BYTES_MAX:
             return page[:i]
     return page
+
+
+def check_request_id(request_id: object) -> str:
+    """``request_id`` if it is an id within :mod:`wf.wire.bounds` (1-256 characters, no
+    control character), else InvalidArgument naming ``request_id``."""
+    if not isinstance(request_id, str) or not request_id:
+        raise InvalidArgument("request_id must be a non-empty string", field="request_id")
+    return check_name(request_id, "request_id")
 
 
 def _require_tenant(caller: Scope, tenant: str) -> None:

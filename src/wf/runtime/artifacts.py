@@ -13,8 +13,6 @@ and re-exported here.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from wf.errors import CorruptRecord, InvalidArgument
@@ -70,9 +68,3 @@ def artifact_from_row(row: ArtifactRow) -> Artifact:
         content_hash=row.content_hash,
         created_at=row.created_at,
     )
-
-
-def to_builtins(artifact: Artifact) -> dict[str, Any]:
-    """The JSON-ready form of an artifact."""
-    out: dict[str, Any] = msgspec.to_builtins(artifact)
-    return out

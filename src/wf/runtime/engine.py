@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import heapq
 import logging
 from collections import defaultdict
@@ -63,6 +64,7 @@ from wf.runtime import dag
 from wf.runtime.artifacts import artifact_from_row
 from wf.runtime.plan import ActivityNode, Plan
 from wf.runtime.runs import (
+    FINAL_STATUSES,
     NodeStatus,
     ResumeMark,
     Run,
@@ -142,7 +144,14 @@ class RunEngine:
     # ----------------------------------------------------------- lifecycle
 
     async def start(self, *, background: bool = True) -> None:
-        """Recover the live runs (the node must be started), then follow events."""
+        """Recover the live runs (the node must be started), then follow events.
+
+        A cluster node starts the engine again each time it becomes the active node:
+        what it held from an earlier term is forgotten, the store is the truth."""
+        self._live.clear()
+        self._timers.clear()
+        self._events = asyncio.Queue()
+        self._reconcile_due = False
         await self._recover()
         if background:
             self._task = asyncio.create_task(self._loop(), name="wf-run-engine")
@@ -373,7 +382,7 @@ class RunEngine:
 
     def _arm(self, timer: _Timer) -> None:
         self._timer_seq += 1
-        heapq.heappush(self._timers, _Timer(**{**_fields(timer), "seq": self._timer_seq}))
+        heapq.heappush(self._timers, dataclasses.replace(timer, seq=self._timer_seq))
         self._wake.set()
 
     def _on_outcome(self, outcome: Outcome) -> None:
@@ -407,6 +416,13 @@ class RunEngine:
     def idle(self) -> bool:
         """Whether no event waits to be applied and none is being applied."""
         return self._events.empty() and not self._polling.locked()
+
+    def run_being_changed(self) -> str | None:
+        """A run whose start, resume or cancel is under way (its lock held), if any."""
+        for run_id, lock in self._locks.items():
+            if lock.locked():
+                return run_id
+        return None
 
     def next_timer_at(self) -> float | None:
         """The earliest armed timer (timer node, run deadline, node timeout)."""
@@ -760,7 +776,7 @@ class RunEngine:
             if parsed is None or parsed[0] in self._live:
                 continue
             row = await self.store.get_run(parsed[0])
-            if row is None or row.status not in {str(s) for s in RunStatus if _is_final(s)}:
+            if row is None or row.status not in FINAL_STATUSES:
                 continue
             await self._cancel_activity(activity_id, f"run {parsed[0]} {row.status}")
 
@@ -774,26 +790,6 @@ class RunEngine:
 
         with contextlib.suppress(NotFound, Conflict):
             await self.node.execute(make)
-
-
-def _is_final(status: RunStatus) -> bool:
-    return status in {
-        RunStatus.COMPLETED,
-        RunStatus.FAILED,
-        RunStatus.EXHAUSTED,
-        RunStatus.CANCELLED,
-    }
-
-
-def _fields(timer: _Timer) -> dict[str, Any]:
-    return {
-        "due": timer.due,
-        "seq": timer.seq,
-        "kind": timer.kind,
-        "run_id": timer.run_id,
-        "node_id": timer.node_id,
-        "token": timer.token,
-    }
 
 
 def _node(plan: Plan, node_id: str) -> ActivityNode | None:

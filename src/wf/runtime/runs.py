@@ -26,6 +26,7 @@ interrupt node), and the final ``completed``, ``failed``, ``exhausted``
 from __future__ import annotations
 
 import enum
+import hashlib
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -215,6 +216,12 @@ class Run(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Taken when it stopped (interrupted or final); never for an admitted run."""
     resumes: list[ResumeMark] = msgspec.field(default_factory=list)
     """Every resume attempt, oldest first."""
+    request_id: str | None = None
+    """The client's request id it was started under (unique per tenant; stored in the
+    runs table too): a retry naming it answers this run (docs/workflows.md)."""
+    request_digest: str | None = None
+    """What that request asked for (:func:`request_digest`): a later call naming the
+    same request id with another request is refused (``already_exists``)."""
     revision: int = 0
     """The store revision this document was read at (not part of the body)."""
 
@@ -245,7 +252,16 @@ def run_row(run: Run, *, seq: int, updated_at: float) -> RunRow:
         revision=run.revision,
         created_at=run.created_at,
         updated_at=updated_at,
+        request_id=run.request_id,
     )
+
+
+def request_digest(kind: str, target: str, inputs: dict[str, Any] | None = None) -> str:
+    """A digest of what a request asked for: ``kind`` (``start`` or ``trigger``), the
+    deployment or schedule it names and the inputs it gave (none and ``{}`` alike),
+    so two calls under one request id can be told apart without keeping the request."""
+    canonical = _encoder.encode({"kind": kind, "target": target, "inputs": inputs or {}})
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
 
 
 def run_from_row(row: RunRow) -> Run:

@@ -49,6 +49,14 @@ class RegisterWorker(_Command, frozen=True, kw_only=True, tag="register_worker")
     """Register a worker, or renew/update an existing registration (WF-005 §6)."""
 
     info: WorkerInfo
+    held: tuple[tuple[str, int], ...] | None = None
+    """The leases the worker says it holds, as ``(activity_id, token)`` pairs (it
+    registers again after a failover or a restart of the server). Those of its leases
+    listed with their current token are kept with a fresh expiry (at least ``now`` plus
+    the lease TTL); those not listed are abandoned at once (``lease_abandoned``: a
+    requeue, or ``may_have_executed`` for executing work that may not run twice);
+    listed leases the core does not know, or with another token, are ignored.
+    ``None``: the worker said nothing, its leases are left as they are."""
 
 
 class Heartbeat(_Command, frozen=True, kw_only=True, tag="heartbeat"):
@@ -132,6 +140,18 @@ class Tick(_Command, frozen=True, kw_only=True, tag="tick"):
     """Time passed: fire timers, expire leases, detect dead workers, dispatch."""
 
 
+class Recover(_Command, frozen=True, kw_only=True, tag="recover"):
+    """This core has just become the scheduler of its store (start-up, or a takeover
+    by another server): the §23 restart procedure (:func:`wf.scheduler.recovery.recover`).
+
+    While no scheduler ran, nobody could heartbeat, renew or report, so every live
+    worker gets a fresh heartbeat grace (its deadline counts from ``now``) and every
+    held lease a fresh lease grace (its expiry becomes at least ``now`` plus the lease
+    TTL, recorded as a renewal); poll demand is dropped, since the long polls died
+    with the old server. Then it is a ``Tick`` at ``now``.
+    """
+
+
 Command = (
     Submit
     | Cancel
@@ -146,5 +166,6 @@ Command = (
     | ShutdownWorker
     | WorkersLost
     | Tick
+    | Recover
 )
 """Every command the core accepts."""

@@ -123,6 +123,8 @@ FINISHED_MEMORY_MAX: Final = 100_000
 """Terminal activities remembered (so late calls get StaleLease, not NotFound)."""
 ID_LENGTH_MAX: Final = 256
 """Longest activity or worker id accepted."""
+HELD_LEASES_MAX: Final = 10_000
+"""Most held leases one registration may list (a worker's concurrency bound)."""
 
 
 class SchedulerCore:
@@ -182,6 +184,7 @@ class SchedulerCore:
             cmd.ShutdownWorker: self._shutdown_worker,
             cmd.WorkersLost: self._workers_lost,
             cmd.Tick: self._tick,
+            cmd.Recover: self._recover,
         }
         self.metrics = CoreMetrics()
         """Counters for observability (WF-005 §25)."""
@@ -649,6 +652,8 @@ class SchedulerCore:
     def _register_worker(self, c: cmd.RegisterWorker) -> None:
         now = c.now
         self._now = now
+        if c.held is not None:
+            self._check_held(c.held)
         old = self.registry.workers.get(c.info.worker_id)
         was_active = old is not None and old.status is _ACTIVE
         old_capacity = old.info.max_concurrency if was_active and old is not None else 0
@@ -663,7 +668,47 @@ class SchedulerCore:
                 self.waiting.pop(worker.info.worker_id, None)
         if changed:
             self._worker_record(worker, now)
+        if c.held is not None:
+            self._reconcile_held(worker, c.held, now)
         self._after(now)
+
+    def _check_held(self, held: tuple[tuple[str, int], ...]) -> None:
+        """Refuse a malformed held-lease list before anything changes."""
+        if len(held) > HELD_LEASES_MAX:
+            raise InvalidArgument(
+                f"a registration lists at most {HELD_LEASES_MAX} held leases",
+                field="held",
+                size=len(held),
+            )
+        for pair in held:
+            if (
+                type(pair) is not tuple
+                or len(pair) != 2
+                or type(pair[0]) is not str
+                or type(pair[1]) is not int
+                or pair[1] < 0
+            ):
+                raise InvalidArgument("held leases are (activity_id, token) pairs", field="held")
+
+    def _reconcile_held(
+        self, worker: WorkerState, held: tuple[tuple[str, int], ...], now: float
+    ) -> None:
+        """Keep (with a fresh grace) the worker's leases it lists; abandon the others."""
+        listed = set(held)
+        until = now + self.leases.ttl_s
+        for aid, token in list(worker.leases.items()):
+            a = self.activities[aid]
+            if (aid, token) in listed:
+                self._grace(a, until, now)
+            else:
+                self._abandon(a, R.LEASE_ABANDONED, now)
+
+    def _grace(self, a: Activity, until: float, now: float) -> None:
+        """A held lease's expiry becomes at least ``until``, recorded as a renewal."""
+        if self.leases.extend(a, until):
+            self._records.append(
+                LeaseRenewed(at=now, activity_id=a.activity_id, token=a.token, expires_at=until)
+            )
 
     def _heartbeat(self, c: cmd.Heartbeat) -> None:
         worker = self.registry.get(c.worker_id)
@@ -785,6 +830,22 @@ class SchedulerCore:
         for worker in self.registry.pop_purgeable(now):
             self._forget_worker(worker, now)
         self._after(now)
+
+    def _recover(self, c: cmd.Recover) -> None:
+        now = c.now
+        self._now = now
+        registry = self.registry
+        until = now + self.leases.ttl_s
+        activities = self.activities
+        # Registration order, then each worker's grant order: the same in every replay.
+        for worker in registry.workers.values():
+            worker.demand = worker.start_demand = 0
+            if worker.status in _LIVE_WORKER:
+                registry.touch(worker, max(now, worker.last_seen_at))
+            for aid in worker.leases:
+                self._grace(activities[aid], until, now)
+        self.waiting.clear()
+        self._tick(cmd.Tick(now=now))
 
     # --------------------------------------------------------------- dispatch
 

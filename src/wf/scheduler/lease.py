@@ -91,6 +91,17 @@ class LeaseTable:
         heapq.heappush(self._expiry, (expires_at, token, activity.activity_id))
         return expires_at
 
+    def extend(self, activity: Activity, until: float) -> bool:
+        """Move a held lease's expiry to ``until`` if it is earlier; returns whether it
+        moved. A grace, not a renewal: it applies to non-renewable leases too, because
+        their holder could not report while no scheduler ran (recovery) and says it
+        still holds them (registration)."""
+        if activity.lease_expires_at >= until:
+            return False
+        activity.lease_expires_at = until
+        heapq.heappush(self._expiry, (until, activity.token, activity.activity_id))
+        return True
+
     def track(self, activity: Activity) -> None:
         """Re-arm the expiry of a restored live lease (recovery)."""
         heapq.heappush(

@@ -118,6 +118,47 @@ def _least_loaded(candidates: Sequence[WorkerState]) -> WorkerState:
     return best
 
 
+def _ranked_then_least_loaded(
+    candidates: Sequence[WorkerState],
+    rank: Callable[[WorkerState, str | None], int],
+    key: str | None,
+    best_possible: int,
+) -> WorkerState:
+    """Lowest ``rank(worker, key)``, then least loaded, then fewest leases; the first
+    (lowest seq) wins ties. A candidate of rank ``best_possible`` without leases ends
+    the pass: nothing later can beat it."""
+    best = candidates[0]
+    best_rank = rank(best, key)
+    best_leases = len(best.leases)
+    best_max = best.info.max_concurrency
+    for worker in candidates:
+        worker_rank = rank(worker, key)
+        if worker_rank > best_rank:
+            continue
+        leases = len(worker.leases)
+        if worker_rank == best_possible and leases == 0:
+            return worker
+        max_concurrency = worker.info.max_concurrency
+        if worker_rank < best_rank:
+            better = True
+        else:
+            lhs = leases * best_max
+            rhs = best_leases * max_concurrency
+            better = lhs < rhs or (lhs == rhs and leases < best_leases)
+        if better:
+            best, best_rank, best_leases, best_max = worker, worker_rank, leases, max_concurrency
+    return best
+
+
+def _capability_count(worker: WorkerState, _key: str | None) -> int:
+    # Candidates hold every required capability: the count is the surplus plus a constant.
+    return len(worker.info.capabilities)
+
+
+def _elsewhere(worker: WorkerState, locality: str | None) -> int:
+    return 0 if worker.info.labels.get(LOCALITY_LABEL) == locality else 1
+
+
 class _Stateless:
     """Snapshot and restore for the balancers that have nothing to remember."""
 
@@ -205,29 +246,9 @@ class CapabilityAwareBalancer(_Stateless):
         """Fewest surplus capabilities, then lowest load, then fewest leases, then seq."""
         if not candidates:
             raise _no_candidates(self.strategy, activity)
-        fewest_possible = len(activity.capabilities)
-        best = candidates[0]
-        best_caps = len(best.info.capabilities)
-        best_leases = len(best.leases)
-        best_max = best.info.max_concurrency
-        for worker in candidates:
-            caps = len(worker.info.capabilities)
-            if caps > best_caps:
-                continue
-            leases = len(worker.leases)
-            if caps == fewest_possible and leases == 0:
-                # No surplus and idle: the best key there is, and the first such.
-                return worker
-            max_concurrency = worker.info.max_concurrency
-            if caps < best_caps:
-                better = True
-            else:
-                lhs = leases * best_max
-                rhs = best_leases * max_concurrency
-                better = lhs < rhs or (lhs == rhs and leases < best_leases)
-            if better:
-                best, best_caps, best_leases, best_max = worker, caps, leases, max_concurrency
-        return best
+        return _ranked_then_least_loaded(
+            candidates, _capability_count, None, len(activity.capabilities)
+        )
 
 
 class ResourceAwareBalancer(_Stateless):
@@ -282,28 +303,7 @@ class LocalityAwareBalancer(_Stateless):
         locality = activity.locality
         if locality is None:
             return _least_loaded(candidates)
-        best = candidates[0]
-        best_match = best.info.labels.get(LOCALITY_LABEL) == locality
-        best_leases = len(best.leases)
-        best_max = best.info.max_concurrency
-        for worker in candidates:
-            match = worker.info.labels.get(LOCALITY_LABEL) == locality
-            if best_match and not match:
-                continue
-            leases = len(worker.leases)
-            if match and leases == 0:
-                # Local and idle: the best key there is, and the first such.
-                return worker
-            max_concurrency = worker.info.max_concurrency
-            if match and not best_match:
-                better = True
-            else:
-                lhs = leases * best_max
-                rhs = best_leases * max_concurrency
-                better = lhs < rhs or (lhs == rhs and leases < best_leases)
-            if better:
-                best, best_match, best_leases, best_max = worker, match, leases, max_concurrency
-        return best
+        return _ranked_then_least_loaded(candidates, _elsewhere, locality, 0)
 
 
 _FACTORIES: Final[Mapping[BalancingStrategy, Callable[[], LoadBalancer]]] = {

@@ -141,6 +141,11 @@ class TransitionReason(enum.StrEnum):
     """``leased | executing -> queued``: its worker was reported lost (``WorkersLost``)."""
     STOLEN = "stolen"
     """``leased -> queued``: an idle worker takes the unstarted lease (work stealing)."""
+    LEASE_ABANDONED = "lease_abandoned"
+    """``leased | executing -> queued`` (or ``executing -> failed`` by the usual rule): its
+    worker registered again listing the leases it holds, and this one was not among
+    them (``RegisterWorker.held``): the worker no longer has it, so it is requeued at
+    once instead of waiting for its expiry."""
     STOLEN_FROM = "stolen_from"
     """``queued -> leased``: the thief's grant; recorded as ``stolen_from:<victim>``."""
     CANCELLED = "cancelled"
@@ -264,6 +269,33 @@ class Activity(msgspec.Struct, kw_only=True, gc=False, forbid_unknown_fields=Tru
     """Ticket of its live ready-queue entry; older entries for it are stale (lazy removal)."""
     last_error: str | None = None
     """The most recent failure's description."""
+
+
+SUBMISSION_FIELDS: Final = tuple(
+    name
+    for name in Activity.__struct_fields__[: Activity.__struct_fields__.index("renewable") + 1]
+    if name != "not_before"
+)
+"""The fields of an :class:`Activity` that its submitter chose (the first block), but
+``not_before``, which :func:`same_submission` compares by its own rule."""
+
+
+def same_submission(accepted: Activity, submitted: Activity) -> bool:
+    """Whether ``submitted`` asks for exactly what ``accepted`` (an activity as the core
+    accepted it) was submitted with: a retried submission, not a different activity.
+
+    Only the submitter's fields count (:data:`SUBMISSION_FIELDS`), never the state the
+    core keeps. ``not_before`` is the one field the core rewrites on acceptance: with a
+    ``delay`` it becomes the resolved instant (the later of the delay's and the
+    submitted ``not_before``), which a retry cannot reproduce, so a retry then matches
+    if it names no ``not_before`` or one no later than the accepted instant.
+    """
+    for name in SUBMISSION_FIELDS:
+        if getattr(accepted, name) != getattr(submitted, name):
+            return False
+    if accepted.delay is None or submitted.not_before is None:
+        return accepted.delay is not None or accepted.not_before == submitted.not_before
+    return accepted.not_before is not None and submitted.not_before <= accepted.not_before
 
 
 class WorkerInfo(

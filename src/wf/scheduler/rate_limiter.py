@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from typing import Final
 
 import msgspec
@@ -420,31 +421,9 @@ class RateLimiter:
         if bucket is not None:
             bucket._force_take(now, 1.0)
         if self._partition_limited:
-            bucket = self._partition_buckets.get(partition)
-            if bucket is None:
-                bucket = self._new_partition_bucket(partition)
-            if bucket is not None:
-                bucket._force_take(now, 1.0)
+            _take_one(self._partition_buckets, partition, self._config.partition_rate, now)
         if self._type_limited:
-            bucket = self._type_buckets.get(activity_type)
-            if bucket is None:
-                bucket = self._new_type_bucket(activity_type)
-            if bucket is not None:
-                bucket._force_take(now, 1.0)
-
-    def _new_partition_bucket(self, partition: str) -> TokenBucket | None:
-        rate = self._config.partition_rate(partition)
-        if rate is None:
-            return None
-        bucket = self._partition_buckets[partition] = TokenBucket(rate, _default_burst(rate))
-        return bucket
-
-    def _new_type_bucket(self, activity_type: str) -> TokenBucket | None:
-        rate = self._type_rates.get(activity_type)
-        if rate is None:
-            return None
-        bucket = self._type_buckets[activity_type] = TokenBucket(rate, _default_burst(rate))
-        return bucket
+            _take_one(self._type_buckets, activity_type, self._type_rates.get, now)
 
     def release(self, tenant: str) -> None:
         """Record the end of a lease of ``tenant`` (complete, fail, requeue or cancel).
@@ -544,16 +523,28 @@ class RateLimiter:
             limiter._global = TokenBucket.restore(
                 global_bucket.rate_per_s, global_bucket.burst, snapshot.global_bucket
             )
-        for key, state in snapshot.partition_buckets.items():
-            rate = config.partition_rate(key)
-            if rate is not None:
-                limiter._partition_buckets[key] = TokenBucket.restore(
-                    rate, _default_burst(rate), state
-                )
-        for key, state in snapshot.activity_type_buckets.items():
-            rate = config.activity_type_per_second.get(key)
-            if rate is not None:
-                limiter._type_buckets[key] = TokenBucket.restore(rate, _default_burst(rate), state)
+        for buckets, states, rate_of in (
+            (limiter._partition_buckets, snapshot.partition_buckets, config.partition_rate),
+            (limiter._type_buckets, snapshot.activity_type_buckets, limiter._type_rates.get),
+        ):
+            for key, state in states.items():
+                rate = rate_of(key)
+                if rate is not None:
+                    buckets[key] = TokenBucket.restore(rate, _default_burst(rate), state)
         limiter._running = snapshot.running
         limiter._running_by_tenant = dict(counts)
         return limiter
+
+
+def _take_one(
+    buckets: dict[str, TokenBucket], key: str, rate_of: Callable[[str], float | None], now: float
+) -> None:
+    """Take a token from ``key``'s bucket, made on its first use (none: ``key`` is not
+    limited)."""
+    bucket = buckets.get(key)
+    if bucket is None:
+        rate = rate_of(key)
+        if rate is None:
+            return
+        bucket = buckets[key] = TokenBucket(rate, _default_burst(rate))
+    bucket._force_take(now, 1.0)

@@ -23,14 +23,22 @@ keeps (activities, workers, counters: :class:`DurableRows`, decoded by the
 store) it derives everything else, so the knowledge of how a core is put
 together stays in the core and the store only hands over rows.
 
-:func:`recover` is the §23 procedure for a *restart*: restore the state,
-rebuild the worker registry (every live worker gets a fresh heartbeat grace
-period from ``now``, and poll demand is dropped because the long polls died
-with the old process), then one ``Tick`` at ``now`` expires stale leases,
-requeues abandoned activities (the usual rules: unstarted or idempotent work
-is requeued with counters kept, non-idempotent executing work fails closed),
-and resumes dispatch. It is a pure function of (snapshot, now), so recovery
-does not break determinism.
+:func:`recover` is the §23 procedure for a *restart*: restore the state, then
+the :class:`~wf.scheduler.commands.Recover` command, which a core that took
+over a store warm (a standby's) is handed too. While no scheduler ran nobody
+could heartbeat, renew or report, so nobody is blamed for that time: every
+live worker gets a fresh heartbeat grace period from ``now``, every held
+lease (granted or started) a fresh lease grace (its expiry becomes at least
+``now`` plus the lease TTL, recorded as a ``LeaseRenewed``, so the store
+agrees), and poll demand is dropped because the long polls died with the old
+process. A lease whose expiry passed during the outage therefore does not
+expire at recovery's first tick, which would fail non-idempotent work whose
+worker lived through it; a worker that died with the old server loses its
+leases when its heartbeat grace or their lease grace runs out, and one that
+registers again listing what it holds gets the rest requeued at once. Then
+one ``Tick`` at ``now`` fires due timers, forgets departed workers and
+resumes dispatch. It is a pure function of (snapshot, now), so recovery does
+not break determinism.
 
 :func:`state_digest` hashes a canonical encoding of the durable state, for
 tests that compare the state after recovery with the state at the last
@@ -306,12 +314,7 @@ def recover(
     ``adopt`` is :func:`restore`'s: the core takes the snapshot's activities over.
     """
     core = restore(snap, adopt=adopt)
-    for worker in core.registry.workers.values():
-        worker.demand = 0
-        if worker.status in (WorkerStatus.ACTIVE, WorkerStatus.DRAINING):
-            core.registry.touch(worker, max(now, worker.last_seen_at))
-    core.waiting = {}
-    outcome = core.handle(cmd.Tick(now=now))
+    outcome = core.handle(cmd.Recover(now=now))
     return core, outcome
 
 

@@ -59,14 +59,13 @@ DELAY_MAX_S: Final = 100 * 366 * 86_400.0
 """Longest relative delay accepted: a century, in seconds."""
 
 
-class RelativeDelay(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    forbid_unknown_fields=True,
-    tag_field="kind",
-    tag="relative",
-):
+class _Spec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind"):
+    """What every delay spec is: immutable, strict, tagged by ``kind``. Each spec sets its
+    tag, ``kw_only`` (msgspec applies it to a class's own fields only) and ``frozen``
+    again (mypy's dataclass rules want it said)."""
+
+
+class RelativeDelay(_Spec, frozen=True, kw_only=True, tag="relative"):
     """Dormant for ``seconds`` after submission."""
 
     seconds: float
@@ -82,14 +81,7 @@ class RelativeDelay(
             )
 
 
-class AbsoluteInstant(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    forbid_unknown_fields=True,
-    tag_field="kind",
-    tag="absolute",
-):
+class AbsoluteInstant(_Spec, frozen=True, kw_only=True, tag="absolute"):
     """Dormant until an absolute instant."""
 
     at: datetime
@@ -100,14 +92,7 @@ class AbsoluteInstant(
         require_aware(self.at, "at")
 
 
-class ZonedWallTime(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    forbid_unknown_fields=True,
-    tag_field="kind",
-    tag="zoned",
-):
+class ZonedWallTime(_Spec, frozen=True, kw_only=True, tag="zoned"):
     """Dormant until a wall-clock time in an IANA time zone."""
 
     local: datetime
@@ -157,14 +142,7 @@ def _minutes(delta: timedelta) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
 
 
-class CalendarSchedule(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    forbid_unknown_fields=True,
-    tag_field="kind",
-    tag="calendar",
-):
+class CalendarSchedule(_Spec, frozen=True, kw_only=True, tag="calendar"):
     """Dormant until the next instant of a cron expression after submission."""
 
     cron: str

@@ -32,9 +32,10 @@ import msgspec
 
 from wf.clock import Clock
 from wf.errors import Conflict, CorruptRecord, Forbidden, InvalidArgument, NotFound
-from wf.runtime.api import Scope, WorkflowAPI
+from wf.runtime.api import Scope, WorkflowAPI, check_request_id
 from wf.runtime.deployments import MAX_STEPS_MAX
 from wf.runtime.runs import Trigger as RunTrigger
+from wf.runtime.runs import request_digest
 from wf.schedules.admission import Occurrence, drop_candidate
 from wf.schedules.model import (
     CronTrigger,
@@ -386,14 +387,29 @@ class ScheduleAPI:
             t = next_instant_after(schedule.trigger, t)
         return found
 
-    async def trigger_schedule(self, schedule_id: str, *, caller: Scope) -> dict[str, Any]:
+    async def trigger_schedule(
+        self, schedule_id: str, *, caller: Scope, request_id: str | None = None
+    ) -> dict[str, Any]:
         """Start one manual run now through the schedule's bindings and budget.
 
         It is not an occurrence: it records none, is not limited by overlap or
         capacity, and does not count toward overlap (manual runs never do).
+
+        With a ``request_id`` the call may be retried safely: a retry on the same
+        schedule answers the run the first call started (as it stands now) and
+        starts nothing, even if the schedule was edited or deleted since; the same
+        request id naming another schedule (or used by ``workflow.runs.start``) is
+        AlreadyExists naming that run. Request ids are unique per tenant.
         """
         schedule = await self.load(schedule_id, caller)
         _require_tenant(caller, schedule.tenant)
+        digest = None
+        if request_id is not None:
+            check_request_id(request_id)
+            digest = request_digest("trigger", schedule_id)
+            found = await self.workflow.requested_run(schedule.tenant, request_id, digest)
+            if found is not None:
+                return await self._triggered_view(found[0].run_id, schedule_id, caller)
         if schedule.deleted:
             raise Conflict(f"schedule {schedule_id!r} is deleted", schedule_id=schedule_id)
         run, plan = await self.workflow.prepare_run(
@@ -403,11 +419,12 @@ class ScheduleAPI:
             max_steps=schedule.max_steps,
             trigger=RunTrigger(kind="manual", schedule_id=None, occurrence=None),
         )
-        engine = self.workflow.engine
-        engine.node.reads.admit_new_workflow(self.clock.now())
-        admitted = await engine.admit(run, plan)
-        started = await engine.begin(admitted.run_id)
-        view = await self.workflow.inspect_run(started.run_id, caller=caller)
+        run.request_id, run.request_digest = request_id, digest
+        started, _ = await self.workflow.start_prepared(run, plan)
+        return await self._triggered_view(started.run_id, schedule_id, caller)
+
+    async def _triggered_view(self, run_id: str, schedule_id: str, caller: Scope) -> dict[str, Any]:
+        view = await self.workflow.inspect_run(run_id, caller=caller)
         view["triggered_from"] = schedule_id
         return view
 

@@ -229,8 +229,11 @@ class ScheduleService:
         """Route resumes of scheduled runs through :meth:`resume_gate`."""
         self.api.workflow.resume_gate = self.resume_gate
 
-    async def stop(self) -> None:
-        """Stop admitting, drain within ``drain_grace_s``, then let go (see module doc)."""
+    async def stop(self, *, drain: bool = True) -> None:
+        """Stop admitting, drain within ``drain_grace_s``, then let go (see module doc).
+
+        ``drain=False`` lets go at once: a cluster node that lost ownership may not
+        write, and the new active's recovery takes the scheduled runs over."""
         if self.state == "stopped":
             return
         self.state = "draining"
@@ -239,7 +242,7 @@ class ScheduleService:
         if task is not None:
             task.cancel()
             await asyncio.wait({task})
-        deadline = self.clock.now() + self.config.drain_grace_s
+        deadline = self.clock.now() + (self.config.drain_grace_s if drain else 0.0)
         while (self._running or self._resuming) and self.clock.now() < deadline:
             self._changed.clear()
             await self.drain_wait(deadline, self._changed)
@@ -261,6 +264,7 @@ class ScheduleService:
             self.api.workflow.resume_gate = None
         self._armed.clear()
         self._schedules.clear()
+        self._running.clear()  # the next start (or the next active) tracks them anew
         self.state = "stopped"
 
     async def _sleep(self, deadline: float, changed: asyncio.Event) -> None:

@@ -50,6 +50,7 @@ from wf.runtime.engine import RunEngine
 from wf.schedules.api import ScheduleAPI
 from wf.schedules.service import ScheduleService
 from wf.server.auth import Authenticator
+from wf.server.cluster import ClusterRole
 from wf.server.config import ServerConfig, TlsConfig
 from wf.server.http_edge import HttpEdge, bearer_token, rpc_error
 from wf.server.logs import OutcomeLogger, RpcCallLogger
@@ -134,9 +135,16 @@ class WfServer:
         self.registry.handle(DISCOVER, self._discover)
         self.registry.handle(CLUSTER_STATUS, self._cluster_status)
         self.registry.check()  # a declared method without a handler: refuse to start
+        self.cluster = ClusterRole(
+            self.node, section.cluster, activate=self._activate, deactivate=self._deactivate
+        )
+        """This server's role: always active on SQLite; active or standby on PostgreSQL."""
         self.dispatcher = Dispatcher(self.registry)
+        self.dispatcher.gate = self.cluster.check_serving
         # Observability (docs/observability.md): metrics, logs, optional traces.
-        self.metrics = ServerMetrics(self.node, schedule_service=lambda: self.schedule_service)
+        self.metrics = ServerMetrics(
+            self.node, schedule_service=lambda: self.schedule_service, cluster=self.cluster
+        )
         self.dispatcher.call_observers += [self.metrics.observe_call, RpcCallLogger()]
         self.node.listeners.append(OutcomeLogger(self.node))
         self.tracing = make_tracing(section.observability)
@@ -164,9 +172,7 @@ class WfServer:
         return self.registry.describe()
 
     async def _cluster_status(self, params: NoParams, caller: Caller) -> ClusterStatus:
-        return ClusterStatus(
-            node_id="local", role="active", epoch=0, commit_seq=0, leader_url=None, nodes=[]
-        )
+        return await self.cluster.status()
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -176,9 +182,18 @@ class WfServer:
         (unauthenticated, like ``/healthz``: it names states and error codes, never
         messages)."""
         readiness = self.node.readiness()
-        body = {"status": "ready" if readiness.ready else "unavailable"}
+        cluster = self.cluster
+        serving = cluster.role == "active" and not cluster.gate_closed()
+        ready = readiness.ready and serving
+        body: dict[str, Any] = {"status": "ready" if ready else "unavailable"}
         body.update(msgspec.to_builtins(readiness))
-        return web.json_response(body, status=200 if readiness.ready else 503)
+        if readiness.ready and not serving:
+            body["reason"] = "standby" if cluster.role != "active" else "gated"
+            body["ready"] = False
+        body.update(role=cluster.role, node_id=cluster.node_id, epoch=cluster.epoch)
+        if cluster.role != "active":
+            body["leader_url"] = cluster.leader_url
+        return web.json_response(body, status=200 if ready else 503)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         """Prometheus exposition; needs a read role when authentication is on."""
@@ -212,11 +227,53 @@ class WfServer:
         return web.Response(body=answer, content_type="application/json")
 
     async def start(self) -> None:
-        """Recover the node, then listen."""
-        self.recovery = await self.node.start()
-        await self.engine.start()
+        """SQLite: recover the node, then listen. PostgreSQL: listen, then take the
+        role the cluster leaves (active if no other node is)."""
+        if self.cluster.clustered:
+            await self._listen()
+            await self.cluster.start()
+        else:
+            await self.cluster.start()
+            await self._listen()
+        self.recovery = self.cluster.recovery
+        for hook in self.after_start:
+            await hook()
+
+    async def _activate(self) -> RecoveryReport:
+        """Become the active node: take ownership, recover, start the run engine and
+        the schedule service (the cluster's callback; once on SQLite)."""
+        if not self.cluster.clustered:
+            report = await self.node.start()
+        else:
+            report = await self.node.take_over(self.cluster.warm_state)
+            self.scheduler.resume_polls()
+        try:
+            await self.engine.start()
+            if self.schedule_service is not None:
+                await self.schedule_service.start()
+        except BaseException:
+            if self.cluster.clustered:
+                await self._deactivate()
+            raise
+        store = self.cluster.store
+        if store is not None:
+            await store.arm_liveness(self.config.server.cluster.session_timeout_s)
+        return report
+
+    async def _deactivate(self) -> None:
+        """Stop acting as the active node without writing (the cluster's callback when
+        another node took over): open polls answer at once, the schedule service and
+        run engine stop without draining, ownership is given up."""
+        self.scheduler.release_polls()
         if self.schedule_service is not None:
-            await self.schedule_service.start()
+            await self.schedule_service.stop(drain=False)
+        await self.engine.stop()
+        store = self.cluster.store
+        if store is not None:
+            await store.disarm_liveness()
+        await self.node.step_down()
+
+    async def _listen(self) -> None:
         section = self.config.server
         self._runner = web.AppRunner(self.app, shutdown_timeout=SHUTDOWN_GRACE_S)
         await self._runner.setup()
@@ -232,12 +289,12 @@ class WfServer:
         )
         sockets = self._listener.sockets
         self.port = int(sockets[0].getsockname()[1]) if sockets else section.port
-        for hook in self.after_start:
-            await hook()
 
     async def stop(self) -> None:
         """Drain: stop admitting scheduled runs and let them finish (within the grace),
-        stop listening, let requests finish, stop the node."""
+        stop listening, let requests finish, stop the node (an active cluster node
+        releases ownership, and a standby takes over)."""
+        await self.cluster.stop()
         if self.schedule_service is not None:
             await self.schedule_service.stop()
         if self._runner is not None:
@@ -251,4 +308,5 @@ class WfServer:
             await self._runner.cleanup()
             self._runner = None
         await self.engine.stop()
+        await self.cluster.leaving()
         await self.node.stop()

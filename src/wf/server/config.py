@@ -121,6 +121,47 @@ class HttpConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """Largest request body; a larger one is answered 413."""
 
 
+class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Several servers on one PostgreSQL store: one active, the others hot standbys
+    (``docs/ha.md``). Ignored on SQLite, whose single owner holds a file lock."""
+
+    node_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
+    """This node's id in ``cluster.status`` (default: host, process id and start time)."""
+    advertise_url: Annotated[str, msgspec.Meta(min_length=1, max_length=2000)] | None = None
+    """The URL clients reach this node at, handed to them in ``not_leader`` errors
+    while another node is active (default: none; clients then rotate through their
+    own list of URLs)."""
+    campaign_interval_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 0.25
+    """How often a standby tries to take ownership (one cheap lock attempt)."""
+    session_timeout_s: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 3.0
+    """PostgreSQL ends the active's writer session after this long without a statement
+    (``idle_session_timeout``, ``idle_in_transaction_session_timeout``, TCP user
+    timeout and keepalives): a frozen or cut-off active loses its lock within it,
+    and a standby takes over. The active pings its session well within it."""
+    gate_margin_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0
+    """The active stops answering (``not_leader``) once its session went unconfirmed
+    for ``session_timeout_s - gate_margin_s``: before PostgreSQL could have let
+    another node take over."""
+    warm_interval_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 0.5
+    """How often a standby brings its warm copy of the scheduler state up to date."""
+    warm_verify_interval_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    """How often a standby compares its warm copy with a full load (and replaces a
+    copy that differs, logging an error)."""
+    report_interval_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0
+    """How often every node records its role, epoch and lag in the cluster table."""
+    clock_skew_warn_s: Annotated[float, msgspec.Meta(ge=0)] = 0.05
+    """A node whose clock differs from PostgreSQL's by more warns when it campaigns."""
+    clock_skew_max_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    """A node whose clock differs from PostgreSQL's by more does not campaign."""
+
+    def __post_init__(self) -> None:
+        if self.gate_margin_s >= self.session_timeout_s:
+            raise InvalidArgument(
+                "server.cluster.gate_margin_s must be below session_timeout_s",
+                field="server.cluster.gate_margin_s",
+            )
+
+
 class ServerSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The ``server`` section."""
 
@@ -131,6 +172,7 @@ class ServerSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
     observability: ObservabilityConfig = msgspec.field(default_factory=ObservabilityConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
+    cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

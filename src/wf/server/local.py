@@ -19,18 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+import inspect
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, Protocol, Self, TypeVar, overload
 
 from wf.activities import BUILTIN_ACTIVITIES
+from wf.client.app import App
 from wf.clock import Clock
 from wf.errors import Conflict
-from wf.runtime.api import ArtifactPage, DeploymentPage, WorkflowAPI
-from wf.runtime.artifacts import Artifact
-from wf.runtime.deployments import Deployment
-from wf.runtime.plan import Plan
+from wf.runtime.api import WorkflowAPI
 from wf.scheduler.config import SchedulerConfig
 from wf.schedules.api import ScheduleAPI
 from wf.server.app import WfServer
@@ -39,13 +38,61 @@ from wf.server.rpc import ANONYMOUS_ADMIN
 from wf.server.scheduler_api import SchedulerAPI
 from wf.worker import ActivityDefinition, Worker
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _AsAdmin(Generic[P, R]):
+    """A method of the server's Python API called as the local administrator.
+
+    Declared with the method's twin on the :class:`~wf.client.app.App` client, whose
+    signature is the Python API's without ``caller`` (the wire contract makes them
+    twins, and ``tests/client/test_app_wire.py`` holds them to it): so the local API
+    is typed exactly as the remote one, and no parameter list is written again here.
+    A call goes to the method of the same name on the owner's Python API object with
+    ``caller=ANONYMOUS_ADMIN``.
+    """
+
+    def __init__(self, twin: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> None:
+        self.name = twin.__name__
+        self.__doc__ = twin.__doc__
+        params = list(inspect.signature(twin).parameters.values())[1:]
+        self._signature = inspect.signature(twin).replace(parameters=params)
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> Self: ...
+
+    @overload
+    def __get__(self, obj: _Admin, owner: type[Any]) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+    def __get__(self, obj: _Admin | None, owner: type[Any]) -> Any:
+        if obj is None:
+            return self
+        method = getattr(obj.python_api, self.name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await method(*args, **kwargs, caller=ANONYMOUS_ADMIN)
+
+        call.__name__ = call.__qualname__ = self.name
+        call.__doc__ = self.__doc__
+        call.__signature__ = self._signature  # type: ignore[attr-defined]
+        return call
+
+
+class _Admin(Protocol):
+    @property
+    def python_api(self) -> object:
+        """The Python API object whose methods :class:`_AsAdmin` calls."""
+
 
 @dataclass(frozen=True, slots=True)
 class LocalApi:
     """The Python API of a local server (``server.api``).
 
     The workflow calls are also reachable directly (``server.api.save_deployment``,
-    as docs/workflows.md writes them); they act as the local administrator.
+    as docs/workflows.md writes them): one per ``workflow.*`` method of the wire
+    contract, typed as the :class:`~wf.client.app.App`'s, acting as the local
+    administrator.
     """
 
     scheduler: SchedulerAPI
@@ -55,6 +102,11 @@ class LocalApi:
     schedules_api: ScheduleAPI | None = None
 
     @property
+    def python_api(self) -> WorkflowAPI:
+        """Where the direct workflow calls go."""
+        return self.workflow
+
+    @property
     def schedules(self) -> LocalSchedules:
         """``server.api.schedules``: deployment schedules as the local administrator
         (Conflict unless the server was built with ``schedules=True``)."""
@@ -62,148 +114,42 @@ class LocalApi:
             raise Conflict("build the local server with schedules=True to use schedules")
         return LocalSchedules(self.schedules_api)
 
-    async def create_artifact_from_plan(
-        self, artifact_id: str, version: int, plan: Plan | dict[str, Any]
-    ) -> Artifact:
-        """:meth:`WorkflowAPI.create_artifact_from_plan` as the local administrator."""
-        return await self.workflow.create_artifact_from_plan(
-            artifact_id, version, plan, caller=ANONYMOUS_ADMIN
-        )
-
-    async def get_artifact(self, artifact_id: str, version: int | None = None) -> Artifact:
-        """:meth:`WorkflowAPI.get_artifact` as the local administrator."""
-        return await self.workflow.get_artifact(artifact_id, version, caller=ANONYMOUS_ADMIN)
-
-    async def list_artifacts(
-        self, artifact_id: str | None = None, *, limit: int = 50, cursor: str | None = None
-    ) -> ArtifactPage:
-        """:meth:`WorkflowAPI.list_artifacts` as the local administrator."""
-        return await self.workflow.list_artifacts(
-            artifact_id, caller=ANONYMOUS_ADMIN, limit=limit, cursor=cursor
-        )
-
-    async def save_deployment(
-        self, body: dict[str, Any], expected_revision: int | None = None
-    ) -> Deployment:
-        """:meth:`WorkflowAPI.save_deployment` as the local administrator."""
-        return await self.workflow.save_deployment(body, expected_revision, caller=ANONYMOUS_ADMIN)
-
-    async def get_deployment(self, deployment_id: str) -> Deployment:
-        """:meth:`WorkflowAPI.get_deployment` as the local administrator."""
-        return await self.workflow.get_deployment(deployment_id, caller=ANONYMOUS_ADMIN)
-
-    async def list_deployments(
-        self, *, limit: int = 50, cursor: str | None = None
-    ) -> DeploymentPage:
-        """:meth:`WorkflowAPI.list_deployments` as the local administrator."""
-        return await self.workflow.list_deployments(
-            caller=ANONYMOUS_ADMIN, limit=limit, cursor=cursor
-        )
-
-    async def start_run(
-        self, deployment_id: str, inputs: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """:meth:`WorkflowAPI.start_run` as the local administrator."""
-        return await self.workflow.start_run(deployment_id, inputs, caller=ANONYMOUS_ADMIN)
-
-    async def inspect_run(self, run_id: str) -> dict[str, Any]:
-        """:meth:`WorkflowAPI.inspect_run` as the local administrator."""
-        return await self.workflow.inspect_run(run_id, caller=ANONYMOUS_ADMIN)
-
-    async def list_runs(
-        self,
-        *,
-        deployment_id: str | None = None,
-        schedule_id: str | None = None,
-        status: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> dict[str, Any]:
-        """:meth:`WorkflowAPI.list_runs` as the local administrator."""
-        return await self.workflow.list_runs(
-            caller=ANONYMOUS_ADMIN,
-            deployment_id=deployment_id,
-            schedule_id=schedule_id,
-            status=status,
-            limit=limit,
-            cursor=cursor,
-        )
-
-    async def resume_run(
-        self, run_id: str, answer: Any, node_id: str | None = None
-    ) -> dict[str, Any]:
-        """:meth:`WorkflowAPI.resume_run` as the local administrator."""
-        return await self.workflow.resume_run(run_id, answer, node_id, caller=ANONYMOUS_ADMIN)
-
-    async def cancel_run(self, run_id: str, reason: str = "") -> dict[str, Any]:
-        """:meth:`WorkflowAPI.cancel_run` as the local administrator."""
-        return await self.workflow.cancel_run(run_id, reason, caller=ANONYMOUS_ADMIN)
+    create_artifact_from_plan = _AsAdmin(App.create_artifact_from_plan)
+    get_artifact = _AsAdmin(App.get_artifact)
+    list_artifacts = _AsAdmin(App.list_artifacts)
+    save_deployment = _AsAdmin(App.save_deployment)
+    get_deployment = _AsAdmin(App.get_deployment)
+    list_deployments = _AsAdmin(App.list_deployments)
+    start_run = _AsAdmin(App.start_run)
+    inspect_run = _AsAdmin(App.inspect_run)
+    list_runs = _AsAdmin(App.list_runs)
+    resume_run = _AsAdmin(App.resume_run)
+    cancel_run = _AsAdmin(App.cancel_run)
 
 
 @dataclass(frozen=True, slots=True)
 class LocalSchedules:
-    """:class:`~wf.schedules.api.ScheduleAPI` as the local administrator (keyword calls,
-    as 004's examples write them)."""
+    """:class:`~wf.schedules.api.ScheduleAPI` as the local administrator: one method per
+    ``workflow.schedules.*`` method of the wire contract, typed as the
+    :class:`~wf.client.app.App`'s (004's examples call them with keywords)."""
 
     api: ScheduleAPI
 
-    async def create_schedule(
-        self, *, schedule_id: str, deployment_id: str, trigger: dict[str, Any], **options: Any
-    ) -> dict[str, Any]:
-        """:meth:`ScheduleAPI.create_schedule`."""
-        return await self.api.create_schedule(
-            schedule_id, deployment_id, trigger, caller=ANONYMOUS_ADMIN, **options
-        )
+    @property
+    def python_api(self) -> ScheduleAPI:
+        """Where the calls go."""
+        return self.api
 
-    async def get_schedule(self, *, schedule_id: str) -> dict[str, Any]:
-        """:meth:`ScheduleAPI.get_schedule`."""
-        return await self.api.get_schedule(schedule_id, caller=ANONYMOUS_ADMIN)
-
-    async def list_schedules(
-        self, *, include_deleted: bool = False, limit: int = 50, cursor: str | None = None
-    ) -> dict[str, Any]:
-        """:meth:`ScheduleAPI.list_schedules`."""
-        return await self.api.list_schedules(
-            caller=ANONYMOUS_ADMIN, include_deleted=include_deleted, limit=limit, cursor=cursor
-        )
-
-    async def update_schedule(
-        self, *, schedule_id: str, expected_revision: int, **changes: Any
-    ) -> dict[str, Any]:
-        """:meth:`ScheduleAPI.update_schedule`."""
-        return await self.api.update_schedule(
-            schedule_id, expected_revision, caller=ANONYMOUS_ADMIN, **changes
-        )
-
-    async def pause_schedule(
-        self, *, schedule_id: str, reason: str | None = None
-    ) -> dict[str, Any]:
-        """:meth:`ScheduleAPI.pause_schedule`."""
-        return await self.api.pause_schedule(schedule_id, caller=ANONYMOUS_ADMIN, reason=reason)
-
-    async def resume_schedule(self, *, schedule_id: str) -> dict[str, Any]:
-        """:meth:`ScheduleAPI.resume_schedule`."""
-        return await self.api.resume_schedule(schedule_id, caller=ANONYMOUS_ADMIN)
-
-    async def delete_schedule(self, *, schedule_id: str) -> dict[str, Any]:
-        """:meth:`ScheduleAPI.delete_schedule`."""
-        return await self.api.delete_schedule(schedule_id, caller=ANONYMOUS_ADMIN)
-
-    async def list_schedule_occurrences(
-        self, *, schedule_id: str, limit: int = 50, cursor: str | None = None
-    ) -> dict[str, Any]:
-        """:meth:`ScheduleAPI.list_schedule_occurrences`."""
-        return await self.api.list_schedule_occurrences(
-            schedule_id, caller=ANONYMOUS_ADMIN, limit=limit, cursor=cursor
-        )
-
-    async def preview_schedule(self, *, schedule_id: str, count: int = 5) -> list[dict[str, Any]]:
-        """:meth:`ScheduleAPI.preview_schedule`."""
-        return await self.api.preview_schedule(schedule_id, caller=ANONYMOUS_ADMIN, count=count)
-
-    async def trigger_schedule(self, *, schedule_id: str) -> dict[str, Any]:
-        """:meth:`ScheduleAPI.trigger_schedule`."""
-        return await self.api.trigger_schedule(schedule_id, caller=ANONYMOUS_ADMIN)
+    create_schedule = _AsAdmin(App.create_schedule)
+    get_schedule = _AsAdmin(App.get_schedule)
+    list_schedules = _AsAdmin(App.list_schedules)
+    update_schedule = _AsAdmin(App.update_schedule)
+    pause_schedule = _AsAdmin(App.pause_schedule)
+    resume_schedule = _AsAdmin(App.resume_schedule)
+    delete_schedule = _AsAdmin(App.delete_schedule)
+    list_schedule_occurrences = _AsAdmin(App.list_schedule_occurrences)
+    preview_schedule = _AsAdmin(App.preview_schedule)
+    trigger_schedule = _AsAdmin(App.trigger_schedule)
 
 
 class LocalStaticServer:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import sys
 from datetime import UTC, datetime
+from logging import DEBUG, INFO, WARNING
 from typing import IO, Any, Final
 
 import msgspec
@@ -185,184 +186,97 @@ class OutcomeLogger:
         self.correlation_id = node.reads.correlation_id
         """The correlation id of an activity ("" if it has none or is unknown)."""
 
+    def _line(
+        self, severity: int, action: str, message: str, /, *args: object, **fields: Any
+    ) -> None:
+        # Callers test the level first: most fields cost a lookup to build.
+        self.log.log(severity, message, *args, extra={"action": action, **fields}, stacklevel=2)
+
+    # fmt: off
+    # One call per line kind, its fields packed: the formatter would give each
+    # field a line of its own and triple the length of what is a table.
+
     def __call__(self, outcome: Outcome) -> None:
-        log = self.log
+        log, line = self.log, self._line
         info = log.isEnabledFor(logging.INFO)
         debug = log.isEnabledFor(logging.DEBUG)
         for r in outcome.records:
-            if type(r) is ActivitySubmitted:
+            if type(r) is ActivitySubmitted and info:
                 a = r.activity
-                if info:
-                    log.info(
-                        "activity %s submitted",
-                        a.activity_id,
-                        extra={
-                            "action": "activity.submitted",
-                            "activity_id": a.activity_id,
-                            "activity_type": a.activity_type,
-                            "workflow_id": a.workflow_id,
-                            "tenant": a.tenant,
-                            "correlation_id": a.correlation_id,
-                        },
-                    )
+                line(INFO, "activity.submitted", "activity %s submitted", a.activity_id,
+                     activity_id=a.activity_id, activity_type=a.activity_type,
+                     workflow_id=a.workflow_id, tenant=a.tenant,
+                     correlation_id=a.correlation_id)
         if info or log.isEnabledFor(logging.WARNING):
             for d in outcome.decisions:
                 self._decision(d, info)
         for r in outcome.records:
             if type(r) is Transition:
                 self._transition(r, info, debug)
-            elif type(r) is LeaseRenewed:
-                if debug:
-                    log.debug(
-                        "lease %s renewed",
-                        r.token,
-                        extra={
-                            "action": "lease.renewed",
-                            "activity_id": r.activity_id,
-                            "token": r.token,
-                            "expires_at": r.expires_at,
-                            "correlation_id": self.correlation_id(r.activity_id),
-                        },
-                    )
+            elif type(r) is LeaseRenewed and debug:
+                line(DEBUG, "lease.renewed", "lease %s renewed", r.token,
+                     activity_id=r.activity_id, token=r.token, expires_at=r.expires_at,
+                     correlation_id=self.correlation_id(r.activity_id))
             elif type(r) is WorkerUpserted and info:
-                log.info(
-                    "worker %s %s",
-                    r.info.worker_id,
-                    r.status.value,
-                    extra={
-                        "action": "worker.updated",
-                        "worker_id": r.info.worker_id,
-                        "status": r.status.value,
-                        "hostname": r.info.hostname,
-                        "max_concurrency": r.info.max_concurrency,
-                    },
-                )
+                w = r.info
+                line(INFO, "worker.updated", "worker %s %s", w.worker_id, r.status.value,
+                     worker_id=w.worker_id, status=r.status.value, hostname=w.hostname,
+                     max_concurrency=w.max_concurrency)
 
     def _decision(self, d: Decision, info: bool) -> None:
-        log = self.log
+        line = self._line
         if type(d) is LeaseGranted:
             if info:
                 lease = d.lease
-                log.info(
-                    "lease %s granted to %s",
-                    lease.token,
-                    lease.worker_id,
-                    extra={
-                        "action": "lease.granted",
-                        "activity_id": lease.activity_id,
-                        "activity_type": d.activity_type,
-                        "workflow_id": d.workflow_id,
-                        "correlation_id": d.correlation_id,
-                        "worker_id": lease.worker_id,
-                        "token": lease.token,
-                        "attempt": lease.attempt,
-                        "expires_at": lease.expires_at,
-                    },
-                )
+                line(INFO, "lease.granted", "lease %s granted to %s", lease.token,
+                     lease.worker_id, activity_id=lease.activity_id,
+                     activity_type=d.activity_type, workflow_id=d.workflow_id,
+                     correlation_id=d.correlation_id, worker_id=lease.worker_id,
+                     token=lease.token, attempt=lease.attempt,
+                     expires_at=lease.expires_at)
         elif type(d) is ActivityCompleted:
             if info:
-                log.info(
-                    "activity %s completed",
-                    d.activity_id,
-                    extra={
-                        "action": "activity.completed",
-                        "activity_id": d.activity_id,
-                        "workflow_id": d.workflow_id,
-                        "correlation_id": d.correlation_id,
-                        "attempt": d.attempt,
-                    },
-                )
+                line(INFO, "activity.completed", "activity %s completed", d.activity_id,
+                     activity_id=d.activity_id, workflow_id=d.workflow_id,
+                     correlation_id=d.correlation_id, attempt=d.attempt)
         elif type(d) is ActivityFailed:
-            log.warning(
-                "activity %s failed: %s",
-                d.activity_id,
-                d.reason,
-                extra={
-                    "action": "activity.failed",
-                    "activity_id": d.activity_id,
-                    "workflow_id": d.workflow_id,
-                    "correlation_id": d.correlation_id,
-                    "attempt": d.attempt,
-                    "reason": d.reason,
-                    "error_type": d.error_type,
-                    "error_message": d.message,
-                    "may_have_executed": d.may_have_executed,
-                },
-            )
+            line(WARNING, "activity.failed", "activity %s failed: %s", d.activity_id, d.reason,
+                 activity_id=d.activity_id, workflow_id=d.workflow_id,
+                 correlation_id=d.correlation_id, attempt=d.attempt, reason=d.reason,
+                 error_type=d.error_type, error_message=d.message,
+                 may_have_executed=d.may_have_executed)
         elif type(d) is LeaseRevoked:
             if info:
-                log.info(
-                    "lease %s revoked: %s",
-                    d.token,
-                    d.reason,
-                    extra={
-                        "action": "lease.revoked",
-                        "activity_id": d.activity_id,
-                        "correlation_id": self.correlation_id(d.activity_id),
-                        "worker_id": d.worker_id,
-                        "token": d.token,
-                        "reason": d.reason,
-                    },
-                )
+                line(INFO, "lease.revoked", "lease %s revoked: %s", d.token, d.reason,
+                     activity_id=d.activity_id,
+                     correlation_id=self.correlation_id(d.activity_id),
+                     worker_id=d.worker_id, token=d.token, reason=d.reason)
         elif type(d) is RetryScheduled:
             if info:
-                log.info(
-                    "activity %s retry scheduled",
-                    d.activity_id,
-                    extra={
-                        "action": "activity.retry_scheduled",
-                        "activity_id": d.activity_id,
-                        "correlation_id": self.correlation_id(d.activity_id),
-                        "attempt": d.attempt,
-                        "not_before": d.not_before,
-                    },
-                )
+                line(INFO, "activity.retry_scheduled", "activity %s retry scheduled",
+                     d.activity_id, activity_id=d.activity_id,
+                     correlation_id=self.correlation_id(d.activity_id), attempt=d.attempt,
+                     not_before=d.not_before)
         elif type(d) is WorkerFailed:
-            log.warning(
-                "worker %s lost: %s",
-                d.worker_id,
-                d.reason,
-                extra={"action": "worker.lost", "worker_id": d.worker_id, "reason": d.reason},
-            )
+            line(WARNING, "worker.lost", "worker %s lost: %s", d.worker_id, d.reason,
+                 worker_id=d.worker_id, reason=d.reason)
         elif type(d) is BackpressureChanged:
-            log.warning(
-                "backpressure %s -> %s",
-                d.previous,
-                d.level,
-                extra={
-                    "action": "backpressure.changed",
-                    "previous": d.previous,
-                    "level": d.level,
-                    "queue_depth": d.queue_depth,
-                    "utilization": d.utilization,
-                },
-            )
+            line(WARNING, "backpressure.changed", "backpressure %s -> %s", d.previous, d.level,
+                 previous=d.previous, level=d.level, queue_depth=d.queue_depth,
+                 utilization=d.utilization)
 
     def _transition(self, r: Transition, info: bool, debug: bool) -> None:
         to_state = r.to_state
         if to_state is ActivityState.EXECUTING:
             if debug:
-                self.log.debug(
-                    "lease %s started",
-                    r.token,
-                    extra={
-                        "action": "lease.started",
-                        "activity_id": r.activity_id,
-                        "correlation_id": self.correlation_id(r.activity_id),
-                        "worker_id": r.worker_id,
-                        "token": r.token,
-                        "attempt": r.attempt,
-                    },
-                )
+                self._line(DEBUG, "lease.started", "lease %s started", r.token,
+                           activity_id=r.activity_id,
+                           correlation_id=self.correlation_id(r.activity_id),
+                           worker_id=r.worker_id, token=r.token,
+                           attempt=r.attempt)
         elif to_state is ActivityState.CANCELLED and info:
-            self.log.info(
-                "activity %s cancelled: %s",
-                r.activity_id,
-                r.reason,
-                extra={
-                    "action": "activity.cancelled",
-                    "activity_id": r.activity_id,
-                    "correlation_id": self.correlation_id(r.activity_id),
-                    "reason": r.reason,
-                },
-            )
+            self._line(INFO, "activity.cancelled", "activity %s cancelled: %s", r.activity_id,
+                       r.reason, activity_id=r.activity_id,
+                       correlation_id=self.correlation_id(r.activity_id),
+                       reason=r.reason)
+    # fmt: on

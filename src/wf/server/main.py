@@ -88,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, help="listen port (default 8765; 0 picks one)")
     parser.add_argument("--postgres", metavar="DSN", help="PostgreSQL store instead of SQLite")
     parser.add_argument("--postgres-schema", help="PostgreSQL schema (default wf)")
+    parser.add_argument(
+        "--advertise-url",
+        metavar="URL",
+        help="where clients reach this server; standbys send clients to the active's "
+        "(several servers on one PostgreSQL store, docs/ha.md)",
+    )
+    parser.add_argument("--node-id", help="this server's id in a cluster (default: host-pid-time)")
     parser.add_argument("hash_token", nargs="*", metavar="hash-token TOKEN", help=argparse.SUPPRESS)
     return parser
 
@@ -102,12 +109,18 @@ def apply_flags(config: ServerConfig, args: argparse.Namespace) -> ServerConfig:
         store = msgspec.structs.replace(store, postgres_dsn=args.postgres)
     if args.postgres_schema is not None:
         store = msgspec.structs.replace(store, postgres_schema=args.postgres_schema)
+    cluster = server.cluster
+    if args.advertise_url is not None:
+        cluster = msgspec.structs.replace(cluster, advertise_url=args.advertise_url)
+    if args.node_id is not None:
+        cluster = msgspec.structs.replace(cluster, node_id=args.node_id)
     scheduler = server.scheduler
     if args.enable_scheduler or args.sample:
         scheduler = msgspec.structs.replace(scheduler, enabled=True)
     server = msgspec.structs.replace(
         server,
         store=store,
+        cluster=cluster,
         scheduler=scheduler,
         host=args.host if args.host is not None else server.host,
         port=args.port if args.port is not None else server.port,
@@ -151,6 +164,7 @@ async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False)
     server = local.server
     if sample:
         server.engine.listeners.append(RunProgressLogger())
+    cluster = server.cluster
     await local.start()
     # Booted (recovery included): keep what lives as long as the process out of
     # the collector's full passes (wf.tuning).
@@ -166,10 +180,23 @@ async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False)
                 "recovery": msgspec.to_builtins(report) if report is not None else None,
                 "workers": workers,
                 "scheduler": server.schedule_service is not None,
+                "role": cluster.role,
+                "node_id": cluster.node_id,
+                "epoch": cluster.epoch,
             }
         ),
         flush=True,
     )
+    # Role changes from here on (the listening line above carries the first role).
+    if cluster.clustered:
+        cluster.role_changes.append(
+            lambda role, epoch: print(
+                json.dumps(
+                    {"event": "role", "role": role, "epoch": epoch, "node_id": cluster.node_id}
+                ),
+                flush=True,
+            )
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -179,7 +206,11 @@ async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False)
             installed = await install_sample(server)
             print(json.dumps({"event": "sample", **installed.to_dict()}), flush=True)
             print(sample_hint(installed, server.port, workers), file=sys.stderr, flush=True)
-        gave_up = asyncio.ensure_future(server.node.unrecoverable.wait())
+        # A cluster node that gives up on its store steps down and campaigns again
+        # (docs/ha.md); a lone SQLite server exits for its supervisor to restart it.
+        gave_up = asyncio.ensure_future(
+            asyncio.Event().wait() if cluster.clustered else server.node.unrecoverable.wait()
+        )
         stopping = asyncio.ensure_future(stop.wait())
         try:
             await asyncio.wait({gave_up, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -61,6 +61,7 @@ from wf.server.rpc import Caller
 
 if TYPE_CHECKING:
     from wf.schedules.service import ScheduleService
+    from wf.server.cluster import ClusterRole
 
 RPC_LATENCY_BUCKETS_S: Final = (
     0.0005,
@@ -265,6 +266,49 @@ def _nearest_rank(ordered: Sequence[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
+class ClusterCollector:
+    """Reads this server's role in its cluster at scrape time (docs/ha.md)."""
+
+    def __init__(self, cluster: ClusterRole) -> None:
+        self.cluster = cluster
+
+    def describe(self) -> Iterator[Metric]:
+        """The families (lets the registry refuse duplicate names at registration)."""
+        return self.collect()
+
+    def collect(self) -> Iterator[Metric]:
+        """Role, epoch, take-overs and the gate, read now."""
+        cluster = self.cluster
+        role = GaugeMetricFamily(
+            "wf_cluster_role",
+            "1 for this server's current role (active, standby, starting, stopping).",
+            labels=["role"],
+        )
+        for name in ("active", "standby", "starting", "stopping"):
+            role.add_metric([name], 1.0 if cluster.role == name else 0.0)
+        yield role
+        yield GaugeMetricFamily(
+            "wf_cluster_epoch",
+            "The ownership epoch this server serves (active) or last saw (standby).",
+            value=float(cluster.epoch),
+        )
+        yield CounterMetricFamily(
+            "wf_cluster_takeovers",
+            "Times this server became the active node.",
+            value=float(cluster.takeovers),
+        )
+        yield GaugeMetricFamily(
+            "wf_cluster_gate_closed",
+            "1 while the active refuses calls because its writer session went unconfirmed.",
+            value=1.0 if cluster.role == "active" and cluster.gate_closed() else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "wf_cluster_standby_lag_commits",
+            "Commits the store took since this standby last saw the fence (0 on the active).",
+            value=float(cluster.lag_commits()),
+        )
+
+
 class ServerMetrics:
     """One server's registry: the core collector, the RPC series and, given a way to
     find the schedule service (``schedule_service``), the schedule collector."""
@@ -275,9 +319,12 @@ class ServerMetrics:
         *,
         process: bool = True,
         schedule_service: Callable[[], ScheduleService | None] | None = None,
+        cluster: ClusterRole | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(CoreCollector(node))
+        if cluster is not None:
+            self.registry.register(ClusterCollector(cluster))
         if schedule_service is not None:
             self.registry.register(ScheduleCollector(schedule_service))
         if process:

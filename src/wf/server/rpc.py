@@ -208,6 +208,9 @@ class Dispatcher:
         self.registry = registry
         self.call_observers: list[CallObserver] = []
         """Called after every call (metrics and logs); they must not raise or block."""
+        self.gate: Callable[[str], None] | None = None
+        """Called with the method's name before each authorized call; raises a
+        :class:`~wf.errors.WfError` to refuse it (a standby's ``not_leader``)."""
 
     async def handle(self, body: bytes, caller: Caller) -> bytes | None:
         """The HTTP body of the response, or ``None`` when there is none to send."""
@@ -281,6 +284,8 @@ class Dispatcher:
             return _Failure(_error(INVALID_PARAMS, "Invalid params: expected an object"))
         try:
             authorize(caller, method.access, name)
+            if self.gate is not None:
+                self.gate(name)
             params = msgspec.convert(raw_params, method.params, strict=True)
         except msgspec.ValidationError as exc:
             return _Failure(_invalid_params(str(exc)))

@@ -23,6 +23,7 @@ from wf.wire.schedule_methods import (
     PauseScheduleParams,
     PreviewParams,
     ScheduleIdParams,
+    TriggerScheduleParams,
     UpdateScheduleParams,
 )
 
@@ -94,8 +95,8 @@ def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry
     async def preview(p: PreviewParams, c: Caller) -> list[dict[str, Any]]:
         return await api().preview_schedule(p.schedule_id, caller=c, count=p.count)
 
-    async def trigger(p: ScheduleIdParams, c: Caller) -> dict[str, Any]:
-        return await api().trigger_schedule(p.schedule_id, caller=c)
+    async def trigger(p: TriggerScheduleParams, c: Caller) -> dict[str, Any]:
+        return await api().trigger_schedule(p.schedule_id, caller=c, request_id=p.request_id)
 
     handle = registry.handle
     handle(declared.CREATE_SCHEDULE, create)

@@ -23,6 +23,13 @@ ever granted to a worker that is actually waiting; it returns whatever was
 filed in the meantime, so no grant is stranded, and one never collected
 expires like any other lease.
 
+Failover. A worker that registers again (its server failed over or restarted)
+lists the leases it holds (``held``); the core keeps those with a fresh grace
+and requeues at once the leases granted to that worker id that it does not
+list (``RegisterWorker.held``), in the registration's one commit. A submission
+retried after its answer was lost is answered as submitted when it asks for
+exactly what was accepted under its ids (:meth:`SchedulerAPI.submit_activities`).
+
 Authorization beyond the role check of :mod:`wf.server.rpc` (WF-005 §24).
 A *bound* caller is any caller that is not an unscoped admin: worker
 credentials and tenant-scoped admins.
@@ -71,6 +78,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -80,7 +88,13 @@ from wf.errors import AlreadyExists, Forbidden, InvalidArgument, NotFound
 from wf.node import SchedulerNode
 from wf.runtime.runs import node_of_activity
 from wf.scheduler import commands as cmd
-from wf.scheduler.model import Activity, HeartbeatStats, WorkerInfo, WorkerStatus
+from wf.scheduler.model import (
+    Activity,
+    HeartbeatStats,
+    WorkerInfo,
+    WorkerStatus,
+    same_submission,
+)
 from wf.scheduler.outputs import (
     Decision,
     LeaseGranted,
@@ -204,6 +218,14 @@ class SchedulerAPI:
         for event in self._arrived.values():
             event.set()
 
+    def resume_polls(self) -> None:
+        """Take long polls again, with empty mailboxes: a cluster node that becomes the
+        active node again after :meth:`release_polls` (what it held is of its last
+        term; the store is the truth, and workers register again and poll)."""
+        self._draining = False
+        self._mailbox.clear()
+        self._revoked.clear()
+
     def _drop_from_mailbox(self, revoked: LeaseRevoked) -> None:
         box = self._mailbox.get(revoked.worker_id)
         if box:
@@ -312,7 +334,8 @@ class SchedulerAPI:
         """Register (or renew the registration of) a worker (``held``: see
         :class:`~wf.wire.scheduler_methods.RegisterWorkerParams`)."""
         info = self._bind(caller, info)
-        await self.node.execute(lambda now: cmd.RegisterWorker(now=now, info=info))
+        pairs = None if held is None else tuple((h.activity_id, h.token) for h in held)
+        await self.node.execute(lambda now: cmd.RegisterWorker(now=now, info=info, held=pairs))
         config = self.node.config
         return RegisterResult(
             worker_id=info.worker_id,
@@ -456,7 +479,14 @@ class SchedulerAPI:
     # ------------------------------------------------------------ admin calls
 
     async def submit_activities(self, activities: list[Activity], caller: Caller) -> list[str]:
-        """Submit activities; returns their ids once durable."""
+        """Submit activities; returns their ids once durable.
+
+        Idempotent by content: an activity whose id was already used (finished ones
+        included, while the store keeps them) is answered as submitted if it asks
+        for exactly what was accepted under that id (its submitted fields, not its
+        state: :func:`~wf.scheduler.model.same_submission`), and nothing changes;
+        other content is ``AlreadyExists``. So a retried submission whose first
+        answer was lost (a failover) neither fails nor submits twice."""
         _check_bounds(activities)  # the bounds the wire enforces, for in-process callers too
         return await self._submit(activities, caller)
 
@@ -474,19 +504,63 @@ class SchedulerAPI:
                 field="activities",
                 activity_ids=reserved[:10],
             )
-        # Ids are never reused (the rule and where it looks: NodeReads.ids_in_use).
-        taken = await self.reads.ids_in_use(a.activity_id for a in activities)
-        if taken:
-            raise AlreadyExists(
-                f"activity ids already used: {sorted(taken)[:10]}", activity_ids=sorted(taken)
-            )
-        batch = tuple(activities)
-        outcome = await self.node.execute(lambda now: cmd.Submit(now=now, activities=batch))
-        if any(type(d) is LeaseGranted for d in outcome.decisions):
-            # One loop turn, so the polls these grants woke answer their workers before
-            # this answer goes out: the work starts sooner, the submitter loses nothing.
-            await asyncio.sleep(0)
+        for attempt in range(2):
+            fresh = await self._unsubmitted(activities)
+            if not fresh:
+                break
+            batch = tuple(fresh)
+            try:
+                outcome = await self.node.execute(functools.partial(_submit_command, batch))
+            except AlreadyExists:
+                # A concurrent call (a retry racing its original) submitted one of these
+                # ids since they were looked up: look again, once, and compare contents.
+                if attempt or len({a.activity_id for a in batch}) < len(batch):
+                    raise
+                continue
+            if any(type(d) is LeaseGranted for d in outcome.decisions):
+                # One loop turn, so the polls these grants woke answer their workers
+                # before this answer goes out: the work starts sooner, nobody loses.
+                await asyncio.sleep(0)
+            break
         return [a.activity_id for a in activities]
+
+    async def _unsubmitted(self, activities: list[Activity]) -> list[Activity]:
+        """The activities still to submit: those whose id was never used.
+
+        Ids are never reused (the rule and where it looks: ``NodeReads.ids_in_use``),
+        but a submission naming a used id with exactly the content it was accepted
+        with is a retry (its first answer was lost, or the server failed over after
+        committing it): it is answered as submitted, and nothing changes. Any other
+        content is ``AlreadyExists``, and so is an id a batch names twice.
+        """
+        taken = await self.reads.ids_in_use(a.activity_id for a in activities)
+        if not taken:
+            return activities
+        accepted = await self.reads.submitted(taken)
+        differing = sorted(
+            {
+                a.activity_id
+                for a in activities
+                if a.activity_id in taken
+                and (
+                    (stored := accepted.get(a.activity_id)) is None
+                    or not same_submission(stored, a)
+                )
+            }
+        )
+        if differing:
+            raise AlreadyExists(
+                f"activity ids already used: {differing[:10]}", activity_ids=differing
+            )
+        seen: set[str] = set()
+        for a in activities:
+            if a.activity_id in seen and a.activity_id in taken:
+                # The core's rule for a batch naming one id twice, kept for retries too.
+                raise AlreadyExists(
+                    f"activity {a.activity_id!r} already exists", activity_id=a.activity_id
+                )
+            seen.add(a.activity_id)
+        return [a for a in activities if a.activity_id not in taken]
 
     async def cancel_activity(self, activity_id: str, reason: str, caller: Caller) -> None:
         """Cancel an unfinished activity."""
@@ -657,6 +731,10 @@ class SchedulerAPI:
         handle(declared.ACTIVITY_HISTORY, history)
         handle(declared.LIST_WORKERS, workers)
         handle(declared.QUEUE_STATS, stats)
+
+
+def _submit_command(batch: tuple[Activity, ...], now: float) -> cmd.Submit:
+    return cmd.Submit(now=now, activities=batch)
 
 
 def _bound(caller: Caller) -> bool:

@@ -51,7 +51,7 @@ def register_workflow_methods(api: WorkflowAPI, registry: Registry) -> None:
         return await api.list_deployments(caller=c, limit=p.limit, cursor=p.cursor)
 
     async def start_run(p: StartRunParams, c: Caller) -> dict[str, Any]:
-        return await api.start_run(p.deployment_id, p.inputs, caller=c)
+        return await api.start_run(p.deployment_id, p.inputs, caller=c, request_id=p.request_id)
 
     async def inspect_run(p: RunIdParams, c: Caller) -> dict[str, Any]:
         return await api.inspect_run(p.run_id, caller=c)

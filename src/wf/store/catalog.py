@@ -41,6 +41,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from wf.errors import AlreadyExists, Conflict, CorruptRecord, Internal, InvalidArgument, NotFound
+from wf.scheduler.model import Activity
 from wf.scheduler.outputs import Transition
 from wf.store import pages, rows
 from wf.store.protocol import ArtifactRow, DeploymentRow, OccurrenceRow, RunRow, ScheduleRow
@@ -182,7 +183,10 @@ def run_id_for(seq: int) -> str:
 def insert_run(row: RunRow) -> Body[RunRow]:
     """Store a new run under the next ``run_seq`` number; returns it numbered, at
     revision 1. The counter is raised in the insert's own transaction, so it moves
-    with the insert or not at all (a number is never handed out twice)."""
+    with the insert or not at all (a number is never handed out twice). A
+    ``request_id`` its tenant already used is :class:`~wf.errors.AlreadyExists`
+    naming that run, decided by the database's unique key in this transaction (the
+    refusal rolls the counter back with everything else)."""
     found = (yield Query("next_run_seq")).one()
     if found is None or type(found[0]) is not int:
         raise CorruptRecord(
@@ -192,21 +196,50 @@ def insert_run(row: RunRow) -> Body[RunRow]:
         )
     seq = found[0]
     stored = msgspec.structs.replace(row, seq=seq, run_id=run_id_for(seq), revision=1)
-    yield Query(
-        "insert_run",
-        {
-            "run_id": stored.run_id,
-            "seq": stored.seq,
-            "deployment_id": stored.deployment_id,
-            "tenant": stored.tenant,
-            "status": stored.status,
-            "schedule_id": stored.schedule_id,
-            "body": stored.body,
-            "created_at": stored.created_at,
-            "updated_at": stored.updated_at,
-        },
+    params = {
+        "run_id": stored.run_id,
+        "seq": stored.seq,
+        "deployment_id": stored.deployment_id,
+        "tenant": stored.tenant,
+        "status": stored.status,
+        "schedule_id": stored.schedule_id,
+        "body": stored.body,
+        "created_at": stored.created_at,
+        "updated_at": stored.updated_at,
+    }
+    if stored.request_id is None:
+        yield Query("insert_run", params)
+        return stored
+    params["request_id"] = stored.request_id
+    if (yield Query("insert_requested_run", params)).rowcount == 1:
+        return stored
+    key = {"tenant": stored.tenant, "request_id": stored.request_id}
+    taken = (yield Query("select_run_by_request", key)).one()
+    if taken is None:
+        # Nothing else may conflict: run_id and seq come from the counter just raised.
+        raise CorruptRecord(
+            f"run {stored.run_id!r} could not be inserted: the 'run_seq' counter is "
+            "behind the stored runs",
+            table="counters",
+            key="run_seq",
+        )
+    raise request_taken(stored.request_id, str(taken[0]))
+
+
+def request_taken(request_id: str, run_id: str) -> AlreadyExists:
+    """The refusal of a request id already used for run ``run_id``."""
+    return AlreadyExists(
+        f"request id {request_id!r} already started run {run_id!r}",
+        request_id=request_id,
+        run_id=run_id,
     )
-    return stored
+
+
+def run_for_request(tenant: str, request_id: str) -> Body[RunRow | None]:
+    """The run ``tenant``'s ``request_id`` started, or ``None``."""
+    key = {"tenant": tenant, "request_id": request_id}
+    found = (yield Query("select_run_by_request", key)).one()
+    return None if found is None else rows.run_from_row(found)
 
 
 def update_run(row: RunRow, expected_revision: int) -> Body[None]:
@@ -549,6 +582,39 @@ def history_page(activity_id: str, *, after: int, limit: int) -> Body[list[tuple
     return _decoded(query, pages.positioned_transition)
 
 
+SPECS_PER_QUERY_MAX: Final = 500
+"""Most ids one ``submitted_activities`` body asks for (one bound parameter each)."""
+
+
+def submitted_activities(ids: Sequence[str]) -> Body[dict[str, Activity]]:
+    """The stored submissions of ``ids`` (at most :data:`SPECS_PER_QUERY_MAX`), by id;
+    one whose blob does not decode is left out."""
+    unique = list(dict.fromkeys(ids))
+    if len(unique) > SPECS_PER_QUERY_MAX or not all(type(i) is str for i in unique):
+        raise InvalidArgument(
+            f"submitted_activities takes at most {SPECS_PER_QUERY_MAX} ids a query",
+            field="ids",
+        )
+    if not unique:
+        return done({})
+    marks = [f"id_{i}" for i in range(len(unique))]
+    query = Query(
+        "select_activity_specs",
+        dict(zip(marks, unique, strict=True)),
+        (f"activity_id IN ({', '.join(f':{m}' for m in marks)})",),
+    )
+    return _submissions(query)
+
+
+def _submissions(query: Query) -> Body[dict[str, Activity]]:
+    found: dict[str, Activity] = {}
+    for r in (yield query).rows:
+        submission = rows.submission_from_row(r)
+        if submission is not None:
+            found[submission.activity_id] = submission
+    return found
+
+
 # ---------------------------------------------------------------- helpers
 
 
@@ -630,6 +696,10 @@ class DrivenCatalog(abc.ABC):
     async def insert_run(self, row: RunRow) -> RunRow:
         """Store a new run under the next ``run_seq`` number (see the protocol)."""
         return await self._run_write(insert_run(row))
+
+    async def run_for_request(self, tenant: str, request_id: str) -> RunRow | None:
+        """The run ``tenant``'s ``request_id`` started, or ``None``."""
+        return await self._run_read(run_for_request(tenant, request_id))
 
     async def update_run(self, row: RunRow, *, expected_revision: int) -> None:
         """Store a run's next revision if it is still at ``expected_revision``."""
@@ -721,3 +791,13 @@ class DrivenCatalog(abc.ABC):
     ) -> list[tuple[int, Transition]]:
         """Up to ``limit`` of the activity's transitions after position ``after``."""
         return await self._run_read(history_page(activity_id, after=after, limit=limit))
+
+    async def submitted_activities(self, ids: Sequence[str]) -> dict[str, Activity]:
+        """The stored submissions of ``ids``, by id (see the protocol); one read per
+        :data:`SPECS_PER_QUERY_MAX` ids."""
+        unique = list(dict.fromkeys(ids))
+        found: dict[str, Activity] = {}
+        for start in range(0, len(unique), SPECS_PER_QUERY_MAX):
+            chunk = unique[start : start + SPECS_PER_QUERY_MAX]
+            found.update(await self._run_read(submitted_activities(chunk)))
+        return found

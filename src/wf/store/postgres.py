@@ -64,18 +64,41 @@ advance the sequence, which fences an owner that did not see them.
 load, built for 10^6 live activities, and the store check are
 :mod:`wf.store.postgres_load`. Malformed rows come back as diagnostics and
 are left out (fail closed).
+
+*A cluster node* (docs/ha.md) refuses every write unless it owns the store
+(:attr:`PostgresStore.require_ownership`), bounds its writer session on the
+server's side once active (:meth:`PostgresStore.arm_liveness`: a frozen or
+cut-off owner loses its lock within ``session_timeout_s``) and pings it;
+every write and read on a session is cut off past its bound
+(:func:`_cut_after`), because a black-holed route never ends a wait by
+itself. Each group commit also logs the ids it touched for the standbys'
+warm copies (:mod:`wf.store.postgres_follow`); the cluster's own table and
+the fence reads are :mod:`wf.store.postgres_cluster`.
+
+Why one module of about 1,100 lines: what could stand alone already does
+(the load and the check, the schema, the cluster table, the warm copy, the
+catalog bodies). What is left is one writer session and its lock: the group
+commit, the catalog transaction, ownership, the fence, the in-doubt commit,
+the pings and the cut-offs all use that one connection under that one lock,
+and the rule that keeps a deposed node from writing (every write passes the
+fence, on the session that holds the lock, under the lock) can be checked
+only by reading them together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 import psycopg
+import psycopg_pool
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -90,6 +113,8 @@ from wf.errors import (
 from wf.scheduler.outputs import Record
 from wf.store import check as checks
 from wf.store import codec, postgres_schema
+from wf.store import postgres_cluster as cluster
+from wf.store import postgres_follow as follow
 from wf.store.catalog import DrivenCatalog
 from wf.store.postgres_load import IDS_PER_QUERY_MAX, Conn, check_store, load_state
 from wf.store.postgres_schema import lock_key
@@ -118,6 +143,20 @@ HOLDER_READS_MAX: Final = 25
 """Reads of the ``owner`` row while it may still name a previous holder."""
 HOLDER_READ_PAUSE_S: Final = 0.02
 """Pause between two such reads."""
+KEEPALIVE_PROBES: Final = 2
+"""Unanswered TCP keepalive probes (one a second) before this side drops the writer."""
+WRITE_TIMEOUT_S: Final = 30.0
+"""Longest a group commit or catalog transaction may wait on the writer's session
+before the session is cut off (see :func:`_cut_after`); a healthy commit takes
+milliseconds."""
+READ_TIMEOUT_S: Final = 600.0
+"""Longest a read (recovery's load of 10^6 activities included) may wait."""
+CLUSTER_READ_TIMEOUT_S: Final = 5.0
+"""Longest a cluster node's small reads (the fence, reports, the warm catch-up) wait."""
+IN_DOUBT_READ_TIMEOUT_S: Final = 2.0
+"""Longest one look at an in-doubt commit's status waits."""
+PINGS_PER_BOUND: Final = 6
+"""Pings of an idle owner's writer session per ``session_timeout_s``."""
 
 _SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -145,7 +184,9 @@ _SELECT_EXISTING: Final = "SELECT activity_id FROM activities WHERE activity_id 
 _FENCE: Final = "SELECT fence_advance(%s, %s), pg_current_xact_id()::text"
 """The write fence (first statement of every write transaction) and the transaction's
 id (to resolve a commit whose reply was lost)."""
-_CLAIM_EPOCH: Final = "UPDATE fence SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch, commit_seq"
+_CLAIM_EPOCH: Final = """
+UPDATE fence SET epoch = epoch + 1, owner_node = %s, owner_url = %s
+WHERE id = 1 RETURNING epoch, commit_seq"""
 FENCE_SQLSTATE: Final = "WF001"
 """What ``fence_advance`` raises when the epoch or the commit sequence moved."""
 _XACT_STATUS: Final = "SELECT pg_xact_status(%s::xid8)"
@@ -249,6 +290,20 @@ class PostgresStore(DrivenCatalog):
         self.on_ownership_lost: Callable[[OwnershipLost], None] | None = None
         """Called once per loss of the fence (see the module docstring)."""
         self._state: _Phase = "new"
+        self.require_ownership = False
+        """Refuse every write unless this store holds ownership (a cluster node: it
+        must never write as tooling does, outside the fence's epoch check)."""
+        self.identity: tuple[str, str | None] | None = None
+        """``(node_id, advertise_url)`` written to the fence row with each epoch."""
+        self._liveness_s: float | None = None
+        """PostgreSQL's bound on the writer session's silence (see arm_liveness())."""
+        self.confirmed_at = time.monotonic()
+        """When the writer's session last answered (monotonic seconds)."""
+        self._pinger: asyncio.Task[None] | None = None
+        self.write_timeout_s = WRITE_TIMEOUT_S
+        """Longest a write may wait on the writer's session (see :func:`_cut_after`)."""
+        self._groups = 0
+        """Group commits sent (the change log is pruned every so many)."""
 
     # -- lifecycle --------------------------------------------------------
 
@@ -290,6 +345,7 @@ class PostgresStore(DrivenCatalog):
             await self._writer
             self._writer = None
         await self.release_ownership()
+        await self._stop_pinger()
         await self._discard_connections()
         self._state = "closed"
 
@@ -312,14 +368,23 @@ class PostgresStore(DrivenCatalog):
             autocommit=True,
             connect_timeout=CONNECT_TIMEOUT_S,
             application_name=writer_application_name(self._schema),
+            # This side notices a dead or silent server as the server notices us.
+            keepalives=1,
+            keepalives_idle=1,
+            keepalives_interval=1,
+            keepalives_count=KEEPALIVE_PROBES,
         )
         try:
-            await self._configure(conn)
-            # Acknowledged means durable, whatever the server's default.
-            await conn.execute("SET synchronous_commit TO on")
+            with _cut_after(conn, self.write_timeout_s):
+                await self._configure(conn)
+                # Acknowledged means durable, whatever the server's default.
+                await conn.execute("SET synchronous_commit TO on")
+                if self._liveness_s is not None:
+                    await _bound_session(conn, self._liveness_s)
         except BaseException:
             await conn.close()
             raise
+        self.confirmed_at = time.monotonic()
         return conn
 
     @property
@@ -351,10 +416,12 @@ class PostgresStore(DrivenCatalog):
                 return
             self._owner = owner
             self._epoch = None
+            node, url = self.identity or (f"{owner.host}:{owner.pid}", None)
             try:
                 conn = await self._writer_connection()
-                cur = await conn.execute(_CLAIM_EPOCH)
-                row = await cur.fetchone()
+                with _cut_after(conn, self.write_timeout_s):
+                    cur = await conn.execute(_CLAIM_EPOCH, [node, url])
+                    row = await cur.fetchone()
             except OwnershipConflict:
                 raise
             except (psycopg.Error, OSError) as exc:
@@ -369,9 +436,87 @@ class PostgresStore(DrivenCatalog):
                 )
             self._epoch, self._seq = int(row[0]), int(row[1])
             self._lost = None
+            self.confirmed_at = time.monotonic()
+
+    @property
+    def epoch(self) -> int | None:
+        """The ownership epoch this store holds (``None``: it holds none)."""
+        return self._epoch
+
+    @property
+    def commit_seq(self) -> int:
+        """The fence's commit sequence as of this store's last committed write."""
+        return self._seq
+
+    async def arm_liveness(self, session_timeout_s: float) -> None:
+        """Bound the writer session's silence on the server's side, and keep it busy.
+
+        PostgreSQL ends the session (and so releases the ownership lock) once it sat
+        idle, or idle in a transaction, for ``session_timeout_s``, or once its peer
+        stopped acknowledging for as long: a frozen or cut-off owner loses ownership
+        within that bound whatever it does. A ping every sixth of the bound keeps a
+        healthy owner's session alive and refreshes :attr:`confirmed_at`, which the
+        server's gate reads (docs/ha.md). Armed after recovery, which may keep the
+        session idle for longer while it loads."""
+        self._require_open()
+        self._liveness_s = session_timeout_s
+        async with self._wlock:
+            conn = self._wconn
+            if conn is not None and not (conn.closed or conn.broken):
+                try:
+                    with _cut_after(conn, CLUSTER_READ_TIMEOUT_S):
+                        await _bound_session(conn, session_timeout_s)
+                    self.confirmed_at = time.monotonic()
+                except psycopg.Error:
+                    await self._drop_writer()
+        if self._pinger is None:
+            self._pinger = asyncio.create_task(self._ping_loop(), name=f"wf-ping-{self._schema}")
+
+    async def disarm_liveness(self) -> None:
+        """Stop bounding and pinging the writer session (before a long idle stretch, and
+        when ownership is given up)."""
+        self._liveness_s = None
+        await self._stop_pinger()
+        async with self._wlock:
+            conn = self._wconn
+            if conn is not None and not (conn.closed or conn.broken):
+                try:
+                    with _cut_after(conn, CLUSTER_READ_TIMEOUT_S):
+                        await _unbound_session(conn)
+                except psycopg.Error:
+                    await self._drop_writer()
+
+    async def _stop_pinger(self) -> None:
+        task, self._pinger = self._pinger, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
+
+    async def _ping_loop(self) -> None:
+        while self._liveness_s is not None:
+            interval = self._liveness_s / PINGS_PER_BOUND
+            await asyncio.sleep(max(0.0, self.confirmed_at + interval - time.monotonic()))
+            if time.monotonic() - self.confirmed_at < interval:
+                continue  # a commit answered meanwhile
+            async with self._wlock:
+                conn = self._wconn
+                if conn is None or conn.closed or conn.broken or not self._wconn_owns:
+                    await asyncio.sleep(interval)
+                    continue
+                try:
+                    with _cut_after(conn, self._liveness_s):
+                        await conn.execute("SELECT 1")
+                    self.confirmed_at = time.monotonic()
+                except (psycopg.Error, OSError):
+                    # Unusable now; closing it is what releases the lock, and the next
+                    # write reconnects (and is fenced if anybody wrote meanwhile).
+                    await self._drop_writer()
 
     async def release_ownership(self) -> None:
         """Drop the lock and its label (idempotent; a broken session already lost both).
+
+        A store with :attr:`require_ownership` refuses every write from here until
+        ownership is taken again.
 
         This also lifts the fence of an owner that lost ownership: from then on
         this store writes as a non-owner (tooling), so a scheduler that lost
@@ -390,8 +535,9 @@ class PostgresStore(DrivenCatalog):
             try:
                 # Unlock first: the next owner may label itself at once, and this
                 # delete only ever removes this session's own label.
-                await conn.execute(_UNLOCK, [self._owner_key])
-                await conn.execute(_DELETE_OWNER)
+                with _cut_after(conn, CLUSTER_READ_TIMEOUT_S):
+                    await conn.execute(_UNLOCK, [self._owner_key])
+                    await conn.execute(_DELETE_OWNER)
             except psycopg.Error:
                 # The session is unusable; closing it is what releases the lock.
                 await conn.close()
@@ -538,16 +684,24 @@ class PostgresStore(DrivenCatalog):
         """
         for attempt in range(WRITE_ATTEMPTS_MAX):
             conn = await self._session_for_write()
-            try:
-                sent = await self._send_group(conn, group)
-            except _CommitFailed as failed:
-                if not failed.resend or attempt + 1 == WRITE_ATTEMPTS_MAX:
-                    raise
-                continue
-            await self._finish(conn, *sent)
+            with _cut_after(conn, self.write_timeout_s):
+                try:
+                    sent = await self._send_group(conn, group)
+                except _CommitFailed as failed:
+                    if not failed.resend or attempt + 1 == WRITE_ATTEMPTS_MAX:
+                        raise
+                    continue
+                await self._finish(conn, *sent)
             return
 
     async def _session_for_write(self) -> Conn:
+        if self.require_ownership and self._owner is None:
+            raise _CommitFailed(
+                OwnershipLost(
+                    "this node does not own the store (a standby); nothing was stored",
+                    schema=self._schema,
+                )
+            )
         if self._owner is not None and self._epoch is None:
             raise _CommitFailed(
                 self._lost
@@ -608,6 +762,7 @@ class PostgresStore(DrivenCatalog):
         try:
             await conn.execute("COMMIT")
             self._seq = seq
+            self.confirmed_at = time.monotonic()
         except psycopg.Error as exc:
             if not (conn.broken or conn.closed):
                 raise _CommitFailed(
@@ -617,6 +772,7 @@ class PostgresStore(DrivenCatalog):
             outcome = await self._outcome(xid)
             if outcome == "committed":
                 self._seq = seq
+                self.confirmed_at = time.monotonic()
                 return
             if outcome == "unknown":
                 # Whether the fence advanced is unknown: prove nothing, re-acquire.
@@ -646,6 +802,11 @@ class PostgresStore(DrivenCatalog):
                 async with conn.cursor() as cur:
                     for name, params_seq in codec.group_steps(steps):
                         await cur.executemany(queries[name], params_seq)
+                    # What a standby re-reads to stay warm (wf.store.postgres_follow).
+                    await cur.execute(follow.INSERT_CHANGE, follow.touched_ids(steps))
+                    self._groups += 1
+                    if self._groups % follow.CHANGE_LOG_PRUNE_EVERY == 0:
+                        await cur.execute(follow.PRUNE, [follow.CHANGE_LOG_KEEP])
                     if counters:
                         await cur.executemany(
                             queries["raise_counter"],
@@ -673,9 +834,10 @@ class PostgresStore(DrivenCatalog):
         for _ in range(IN_DOUBT_POLLS_MAX):
             try:
                 async with self._pool.connection() as conn:
-                    cur = await conn.execute(_XACT_STATUS, [xid])
-                    row = await cur.fetchone()
-            except psycopg.Error:
+                    with _cut_after(conn, IN_DOUBT_READ_TIMEOUT_S):
+                        cur = await conn.execute(_XACT_STATUS, [xid])
+                        row = await cur.fetchone()
+            except (psycopg.Error, psycopg_pool.PoolTimeout):
                 return "unknown"
             status = row[0] if row else None
             if status == "committed":
@@ -695,7 +857,8 @@ class PostgresStore(DrivenCatalog):
             conn = await self._connect_writer()
             self._wconn = conn
         if self._owner is not None and not self._wconn_owns:
-            await self._take_lock(conn, self._owner)
+            with _cut_after(conn, self.write_timeout_s):
+                await self._take_lock(conn, self._owner)
         return conn
 
     async def _drop_writer(self) -> None:
@@ -720,24 +883,27 @@ class PostgresStore(DrivenCatalog):
                 except _CommitFailed as failed:
                     raise failed.error from failed.__cause__
                 try:
-                    xid, seq = await self._begin_fenced(conn)
+                    with _cut_after(conn, self.write_timeout_s):
+                        xid, seq = await self._begin_fenced(conn)
                     break
                 except StoreUnavailable:
                     # A session found broken at BEGIN (dropped) ran nothing: once more,
                     # on a fresh one, as a group commit would.
                     if self._wconn is not None or attempt + 1 == WRITE_ATTEMPTS_MAX:
                         raise
+            with _cut_after(conn, self.write_timeout_s):
+                try:
+                    yield conn
+                except BaseException as exc:
+                    await self._abandon(conn)
+                    if isinstance(exc, (psycopg.Error, OSError)):
+                        raise StoreUnavailable(
+                            f"catalog write failed, nothing stored: {exc}", schema=self._schema
+                        ) from exc
+                    raise
             try:
-                yield conn
-            except BaseException as exc:
-                await self._abandon(conn)
-                if isinstance(exc, (psycopg.Error, OSError)):
-                    raise StoreUnavailable(
-                        f"catalog write failed, nothing stored: {exc}", schema=self._schema
-                    ) from exc
-                raise
-            try:
-                await self._finish(conn, xid, seq)
+                with _cut_after(conn, self.write_timeout_s):
+                    await self._finish(conn, xid, seq)
             except _CommitFailed as failed:
                 raise failed.error from failed.__cause__
             except BaseException:
@@ -806,10 +972,11 @@ class PostgresStore(DrivenCatalog):
     # -- reads ------------------------------------------------------------
 
     @asynccontextmanager
-    async def _reading(self) -> AsyncIterator[Conn]:
+    async def _reading(self, timeout_s: float = READ_TIMEOUT_S) -> AsyncIterator[Conn]:
         try:
             async with self._pool.connection() as conn:
-                yield conn
+                with _cut_after(conn, timeout_s):
+                    yield conn
         except psycopg.Error as exc:
             raise StoreUnavailable(f"read failed: {exc}", schema=self._schema) from exc
 
@@ -837,6 +1004,46 @@ class PostgresStore(DrivenCatalog):
                 found.update(str(r[0]) for r in await cur.fetchall())
         return found
 
+    # -- the cluster (docs/ha.md) -------------------------------------------
+
+    async def fence_state(self) -> cluster.FenceState | None:
+        """The fence row as it stands (who owns the store, at which epoch)."""
+        self._require_open()
+        async with self._reading(CLUSTER_READ_TIMEOUT_S) as conn:
+            return await cluster.read_fence(conn)
+
+    async def report_node(self, node: cluster.NodeReport) -> None:
+        """Record what this node says of itself (outside the fence: not state)."""
+        self._require_open()
+        async with self._reading(CLUSTER_READ_TIMEOUT_S) as conn:
+            await cluster.report(conn, node)
+
+    async def cluster_nodes(self) -> list[cluster.NodeRow]:
+        """The nodes that reported recently, the active first."""
+        self._require_open()
+        async with self._reading(CLUSTER_READ_TIMEOUT_S) as conn:
+            return await cluster.nodes(conn)
+
+    async def clock_skew_s(self) -> float:
+        """This process's clock minus PostgreSQL's."""
+        self._require_open()
+        async with self._reading(CLUSTER_READ_TIMEOUT_S) as conn:
+            return await cluster.clock_skew_s(conn)
+
+    async def warm_copy(self, *, finished_max: int = 100_000) -> follow.WarmCopy:
+        """A standby's fresh copy of the scheduler state (:mod:`wf.store.postgres_follow`)."""
+        self._require_open()
+        async with self._reading() as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            return await follow.full_load(conn, finished_max, self._where)
+
+    async def catch_up(self, copy: follow.WarmCopy, until: int | None = None) -> bool:
+        """Bring ``copy`` to the fence (or ``until``); ``False``: reload it in full."""
+        self._require_open()
+        async with self._reading(CLUSTER_READ_TIMEOUT_S) as conn, conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            return await follow.catch_up(conn, copy, until)
+
     async def check(self, bodies: checks.BodyDecoders | None = None) -> list[Diagnostic]:
         """Every contradiction in the stored records, and every row of every table read
         and decoded (catalog bodies by ``bodies``; see :mod:`wf.store.check`): a table
@@ -845,6 +1052,60 @@ class PostgresStore(DrivenCatalog):
         async with self._reading() as conn, conn.transaction():
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             return await check_store(conn, bodies, self._where)
+
+
+@contextmanager
+def _cut_after(conn: Conn, timeout_s: float) -> Iterator[None]:
+    """Cut ``conn``'s connection off if the block runs longer than ``timeout_s``.
+
+    A peer that swallows bytes (a black-holed route, a frozen proxy) acknowledges
+    everything at the TCP level, so neither keepalives nor the kernel ever end a
+    wait on it. Cancelling the waiting task does not help either: psycopg then
+    asks the server to cancel over a new connection and waits for it. Shutting
+    the socket down (through a duplicate of its descriptor, so the descriptor
+    psycopg waits on stays valid) makes that wait end at once with a connection
+    error, which the callers already handle as a lost session."""
+    handle = asyncio.get_running_loop().call_later(timeout_s, _shut_down, conn)
+    try:
+        yield
+    finally:
+        handle.cancel()
+
+
+def _shut_down(conn: Conn) -> None:
+    try:
+        fd = conn.pgconn.socket
+        duplicate = socket.socket(fileno=os.dup(fd))
+    except (psycopg.Error, OSError):
+        return  # already closed
+    try:
+        duplicate.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        duplicate.close()
+
+
+async def _bound_session(conn: Conn, timeout_s: float) -> None:
+    """Make PostgreSQL end ``conn``'s session after ``timeout_s`` of silence."""
+    ms = max(1, round(timeout_s * 1000))
+    probes = max(1, round(timeout_s / 2))
+    for setting, value in (
+        ("idle_session_timeout", ms),
+        ("idle_in_transaction_session_timeout", ms),
+        ("tcp_user_timeout", ms),
+        ("tcp_keepalives_idle", 1),
+        ("tcp_keepalives_interval", 1),
+        ("tcp_keepalives_count", probes),
+    ):
+        await conn.execute(
+            sql.SQL("SET {} = {}").format(sql.Identifier(setting), sql.Literal(value))
+        )
+
+
+async def _unbound_session(conn: Conn) -> None:
+    for setting in ("idle_session_timeout", "idle_in_transaction_session_timeout"):
+        await conn.execute(sql.SQL("SET {} = 0").format(sql.Identifier(setting)))
 
 
 async def _execute(conn: Conn, query: Query) -> Result:

@@ -179,6 +179,12 @@ class RunRow(msgspec.Struct, frozen=True, kw_only=True):
     """When the run was admitted (POSIX seconds)."""
     updated_at: float
     """When this revision was stored (POSIX seconds)."""
+    request_id: str | None = None
+    """The client's request id the run was started under (``workflow.runs.start``,
+    ``workflow.schedules.trigger``), unique per tenant: a retry with it finds this run
+    (:meth:`Catalog.run_for_request`) instead of starting another. Stored by
+    :meth:`Catalog.insert_run`; only :meth:`Catalog.run_for_request` reads it back
+    (the run's document holds it too)."""
 
 
 class ScheduleRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -232,6 +238,13 @@ class History(Protocol):
 
     async def history(self, activity_id: str) -> list[Transition]:
         """The activity's transitions, oldest first (append-only audit trail)."""
+        ...
+
+    async def submitted_activities(self, ids: Sequence[str]) -> dict[str, Activity]:
+        """The submissions of those of ``ids`` that were ever stored, as the core
+        accepted them (state fields reset; ``not_before`` as resolved at acceptance),
+        by id. A submission whose blob does not decode is left out. Compared with a
+        retried submission (:func:`wf.scheduler.model.same_submission`)."""
         ...
 
     async def history_page(
@@ -419,7 +432,17 @@ class Catalog(History, Protocol):
         out again (an insert that fails rolls the counter back with it, so no one
         ever saw that number).
         The stored row has ``revision`` 1.
+
+        A row with a ``request_id`` that ``row.tenant`` already used raises
+        :class:`~wf.errors.AlreadyExists` naming that run (``run_id``,
+        ``request_id`` in its details) and stores nothing: the database's unique
+        key on ``(tenant, request_id)`` decides, so two concurrent retries of one
+        request cannot both insert.
         """
+        ...
+
+    async def run_for_request(self, tenant: str, request_id: str) -> RunRow | None:
+        """The run ``tenant``'s request id ``request_id`` started, or ``None``."""
         ...
 
     async def update_run(self, row: RunRow, *, expected_revision: int) -> None:

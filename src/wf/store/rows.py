@@ -87,6 +87,19 @@ def activity_from_row(row: Row) -> Activity | Diagnostic:
     )
 
 
+def submission_from_row(row: Row) -> Activity | None:
+    """An activity's submission as accepted, from ``(activity_id, spec)`` (``None``
+    if the blob does not decode or names another id: nobody can match it)."""
+    activity_id, spec = row
+    if isinstance(spec, memoryview):
+        spec = spec.tobytes()
+    try:
+        submission = codec.activity_decoder.decode(spec)
+    except _DECODE_ERRORS:
+        return None
+    return submission if submission.activity_id == activity_id else None
+
+
 def worker_from_row(row: Row) -> StoredWorker | Diagnostic:
     worker_id, seq, info, status, registered_at, updated_at = row
     try:
@@ -314,9 +327,11 @@ def deployment_from_row(row: Sequence[Any]) -> DeploymentRow:
 
 
 def run_from_row(row: Sequence[Any]) -> RunRow:
-    """``select_run*`` columns to a :class:`RunRow` (mistyped: CorruptRecord)."""
+    """``select_run*`` columns to a :class:`RunRow` (mistyped: CorruptRecord); a query
+    that also selects ``request_id`` (``select_run_by_request``) has it last."""
     (run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,
-     created_at, updated_at) = row  # fmt: skip
+     created_at, updated_at) = row[:10]  # fmt: skip
+    request_id = row[10] if len(row) > 10 else None
     if isinstance(body, memoryview):
         body = body.tobytes()
     if not (
@@ -330,11 +345,13 @@ def run_from_row(row: Sequence[Any]) -> RunRow:
         and type(revision) is int
         and type(created_at) is float
         and type(updated_at) is float
+        and (request_id is None or type(request_id) is str)
     ):
         raise CorruptRecord(
             f"runs row {run_id!r} has mistyped columns", table="runs", key=str(run_id)
         )
     return RunRow(
+        request_id=request_id,
         run_id=run_id,
         seq=seq,
         deployment_id=deployment_id,

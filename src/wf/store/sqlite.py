@@ -104,7 +104,8 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
@@ -157,55 +158,41 @@ WAL readers meet a lock only in rare moments (another connection rebuilding the
 WAL index); a lookup that meets one retries on the thread path, which may wait."""
 
 
+# The writer's queue items: compared by identity (eq=False), never by their fields.
+
+
+@dataclass(slots=True, eq=False)
 class _Pending:
     """One append waiting for the writer."""
 
-    __slots__ = ("counters", "future", "loop", "steps")
-
-    def __init__(
-        self,
-        steps: list[codec.Step],
-        counters: dict[str, int],
-        future: asyncio.Future[None],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self.steps = steps
-        self.counters = counters
-        self.future = future
-        self.loop = loop
+    steps: list[codec.Step]
+    counters: dict[str, int]
+    future: asyncio.Future[None]
+    loop: asyncio.AbstractEventLoop
 
 
+@dataclass(slots=True, eq=False)
 class _Call:
     """Queued by a catalog write: ``fn`` runs on the write connection in its own
     ``BEGIN IMMEDIATE`` transaction; its result or error settles ``future``."""
 
-    __slots__ = ("fn", "future", "loop")
-
-    def __init__(
-        self,
-        fn: Callable[[sqlite3.Connection], Any],
-        future: asyncio.Future[Any],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self.fn = fn
-        self.future = future
-        self.loop = loop
+    fn: Callable[[sqlite3.Connection], Any]
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
 
 
 _STOP: Final = object()
+"""Queued by close(): the writer finishes what is queued before it, then exits."""
 _CHECKPOINT: Final = object()
 """Queued by an inline commit that reached :data:`CHECKPOINT_EVERY_COMMITS`."""
-"""Queued by close(): the writer finishes what is queued before it, then exits."""
 
 
+@dataclass(slots=True, eq=False)
 class _ClearFence:
     """Queued by clear_write_fence(): settled once everything before it was settled."""
 
-    __slots__ = ("future", "loop")
-
-    def __init__(self, future: asyncio.Future[None], loop: asyncio.AbstractEventLoop) -> None:
-        self.future = future
-        self.loop = loop
+    future: asyncio.Future[None]
+    loop: asyncio.AbstractEventLoop
 
 
 class SQLiteStore(DrivenCatalog):
@@ -637,24 +624,26 @@ class SQLiteStore(DrivenCatalog):
     async def _run_write(self, body: Body[_T]) -> _T:
         """Run a catalog write body (:mod:`wf.store.catalog`) in one ``BEGIN IMMEDIATE``
         transaction on the writer thread's connection, queued between group commits."""
-        step = first(body)
-        if isinstance(step, tuple):
-            return step[0]
-        pending: Query = step
-        result: _T = await self._write_tx(
-            lambda conn: finish(body, pending, functools.partial(_execute, conn))
-        )
-        return result
+        return await self._drive(body, self._write_tx)
 
     async def _run_read(self, body: Body[_T]) -> _T:
         """Run a catalog read body in one read transaction on the reading thread (rows are
         decoded there too: a page is at most ``pages.STORE_PAGE_ROWS_MAX`` rows, so the
         loop never waits on a big read)."""
+        return await self._drive(body, self._reading)
+
+    @staticmethod
+    async def _drive(
+        body: Body[_T],
+        transaction: Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]],
+    ) -> _T:
+        """Run ``body`` in ``transaction`` on its connection, unless it answers at once
+        (arguments alone decided it: no transaction is begun)."""
         step = first(body)
         if isinstance(step, tuple):
             return step[0]
         pending: Query = step
-        result: _T = await self._reading(
+        result: _T = await transaction(
             lambda conn: finish(body, pending, functools.partial(_execute, conn))
         )
         return result
@@ -672,6 +661,12 @@ class SQLiteStore(DrivenCatalog):
 
         return await self._reading(run)
 
+    def _read_failed(self, exc: sqlite3.Error) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"reading store {self.db_path} failed: {type(exc).__name__}: {exc}",
+            store=str(self.root),
+        )
+
     async def _reading(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn`` on the read connection in a thread, inside one read transaction."""
         conn = self._require_open()
@@ -687,10 +682,7 @@ class SQLiteStore(DrivenCatalog):
         try:
             return await asyncio.to_thread(run)
         except sqlite3.Error as exc:
-            raise StoreUnavailable(
-                f"reading store {self.db_path} failed: {type(exc).__name__}: {exc}",
-                store=str(self.root),
-            ) from exc
+            raise self._read_failed(exc) from exc
         except UnicodeDecodeError as exc:
             # SQLite hands back a text value that is not UTF-8: the file is damaged.
             raise CorruptRecord(
@@ -796,10 +788,7 @@ class SQLiteStore(DrivenCatalog):
         try:
             return await asyncio.to_thread(run)
         except sqlite3.Error as exc:
-            raise StoreUnavailable(
-                f"reading store {self.db_path} failed: {type(exc).__name__}: {exc}",
-                store=str(self.root),
-            ) from exc
+            raise self._read_failed(exc) from exc
 
 
 # ------------------------------------------------------------------ helpers

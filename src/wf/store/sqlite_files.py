@@ -70,13 +70,9 @@ def create(root: Path) -> None:
             migrate(conn, str(db_path))
         finally:
             conn.close()
-        fd = os.open(fresh, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync(fresh)
         _link_new(fresh, db_path)
-        _fsync_dir(root)
+        _fsync(root)  # the new directory entry
     finally:
         for leftover in private:
             leftover.unlink(missing_ok=True)
@@ -198,9 +194,9 @@ def _link_new(fresh: Path, target: Path) -> None:
             os.rename(fresh, target)
 
 
-def _fsync_dir(folder: Path) -> None:
-    """Make a new directory entry in ``folder`` durable."""
-    fd = os.open(folder, os.O_RDONLY)
+def _fsync(path: Path) -> None:
+    """Make a file's content, or a directory's entries, durable."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

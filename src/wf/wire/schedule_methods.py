@@ -53,10 +53,22 @@ class CreateScheduleParams(_Params, frozen=True, kw_only=True):
 
 
 class ScheduleIdParams(_Params, frozen=True, kw_only=True):
-    """``workflow.schedules.get|resume|delete|trigger``."""
+    """``workflow.schedules.get|resume|delete``."""
 
     schedule_id: Id
     """The schedule."""
+
+
+class TriggerScheduleParams(_Params, frozen=True, kw_only=True):
+    """``workflow.schedules.trigger``."""
+
+    schedule_id: Id
+    """The schedule."""
+    request_id: Id | None = None
+    """The client's id for this request, so that it may be retried safely: a retry on
+    the same schedule answers the run the first call started and starts nothing; the
+    same id naming another schedule (or used to start a run) is ``already_exists``
+    naming that run. Unique per tenant (docs/schedules.md)."""
 
 
 class ListSchedulesParams(_Params, frozen=True, kw_only=True):
@@ -206,7 +218,7 @@ PREVIEW_SCHEDULE: Final = MethodSpec(
 TRIGGER_SCHEDULE: Final = MethodSpec(
     name="workflow.schedules.trigger",
     python_name="trigger_schedule",
-    params=ScheduleIdParams,
+    params=TriggerScheduleParams,
     result=dict[str, Any],
     access="operate",
     summary="Start one manual run through the schedule's bindings now.",

@@ -99,6 +99,12 @@ class StartRunParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """The deployment to run."""
     inputs: dict[str, Any] | None = None
     """Inputs overlaid on the deployment's defaults."""
+    request_id: Id | None = None
+    """The client's id for this request, so that it may be retried safely (after a
+    lost answer or a server failover): a retry with the same deployment and inputs
+    answers the run the first call started and starts nothing; the same id with
+    another deployment or other inputs is ``already_exists`` naming that run.
+    Unique per tenant (docs/workflows.md)."""
 
     def __post_init__(self) -> None:
         """Bound the free-form inputs (depth, size, strings, integers)."""

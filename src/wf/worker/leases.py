@@ -85,6 +85,9 @@ class WorkerCounters:
     """Failed attempts the server acknowledged."""
     lost: int = 0
     """Leases lost (revoked, stale, expired, returned)."""
+    reports_dropped: int = 0
+    """Results the server refused as stale, expired or already finished (for
+    example a completion retried across a failover that the first try applied)."""
     registrations: int = 0
     """Successful registrations (1 + re-registrations)."""
     connection_losses: int = 0

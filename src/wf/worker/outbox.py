@@ -52,10 +52,14 @@ class Outbox:
         client: RpcClient,
         *,
         timeout_s: float = OUTBOX_TIMEOUT_S,
+        attempt_timeout_s: float | None = None,
         in_flight_max: int = OUTBOX_IN_FLIGHT_MAX,
     ) -> None:
         self._client = client
         self._timeout_s = timeout_s
+        self._attempt_timeout_s = attempt_timeout_s
+        """Bound of one HTTP attempt of a batch (``None``: the client's default); a
+        frozen node is given up within it and the batch moves to the next node."""
         self._senders_max = max(1, in_flight_max)
         self._queue: deque[_Call] = deque()
         self._idle: deque[asyncio.Future[None]] = deque()
@@ -132,7 +136,9 @@ class Outbox:
     async def _send(self, live: list[_Call]) -> None:
         try:
             async with asyncio.timeout(self._timeout_s):
-                answers = await self._client.batch([(m, p) for m, p, _ in live])
+                answers = await self._client.batch(
+                    [(m, p) for m, p, _ in live], timeout_s=self._attempt_timeout_s
+                )
         except (WfError, TimeoutError) as exc:
             error = (
                 exc

@@ -5,9 +5,11 @@ Theory of operation
 A :class:`Worker` is a handful of asyncio tasks around one
 :class:`~wf.client.rpc_client.RpcClient`:
 
-* the *registrar* registers (declaring the activity types it runs) whenever
-  the worker is not known to be connected: at start, after any call found
-  the server unreachable, and after a heartbeat or poll was refused with
+* the *registrar* registers (declaring the activity types it runs, and
+  listing every lease it holds) whenever the worker is not known to be
+  connected: at start (holding nothing), after any call found the server
+  unreachable, after the client moved to another node of a cluster, and
+  after a heartbeat or poll was refused with
   ``worker_not_active``/``not_found``/``forbidden`` (the server restarted on
   another store, or declared the worker lost). It retries with
   :class:`~wf.worker.backoff.Backoff` (exponential, capped, jittered) and is
@@ -36,6 +38,27 @@ sync code sees :func:`~wf.worker.activity.is_cancelled`) and never reported
 on again. So each lease is reported on at most once, and exactly once
 unless it was lost first.
 
+Following the active node
+-------------------------
+With several server URLs (a cluster on one PostgreSQL store, docs/ha.md)
+the :class:`~wf.client.rpc_client.RpcClient` follows ``not_leader`` to the
+active and rotates after transport failures, retrying each call for up to
+``failover_timeout_s`` (:data:`WORKER_FAILOVER_TIMEOUT_S`, long enough to
+ride out a takeover inside one call); a long poll answered ``not_leader``
+is thus sent again at once to the new node. Whenever the client moved
+(:attr:`~wf.client.rpc_client.RpcClient.failovers` changed since the last
+registration), the worker registers again with ``held`` listing every lease
+it holds, running or prefetched, so the new active keeps those (with a
+fresh grace) and requeues at once the ones it granted to this worker that
+the worker never received; a long poll still open on the old node is
+abandoned, so polling resumes at the new one as soon as the registration is
+answered. Short per-attempt timeouts (:data:`WORKER_CALL_TIMEOUT_S`) find a
+frozen node within a heartbeat interval and a few seconds. A result report
+that crossed the failover is retried at the new active (fenced by the
+token); if it refuses the report as stale or already finished (the first
+try may have been applied before the old node went away), the report is
+logged at warning and dropped.
+
 Graceful :meth:`Worker.shutdown`: stop polling, drop unstarted leases, call
 ``scheduler.workers.shutdown`` (the server requeues the unstarted leases at
 once instead of letting them expire), keep heartbeating and renewing while
@@ -52,7 +75,7 @@ Time is the event loop's monotonic clock, except ``not_before``, which is
 scheduler time: the injected :class:`~wf.clock.Clock` (wall time anchored
 once, advanced monotonically) tells when it has come.
 
-Why this module is over 900 lines: what could stand alone already does
+Why this module is over 1,000 lines: what could stand alone already does
 (leases and their status, the outbox, execution, backoff, stats: the sibling
 modules). What is left is one state machine, the connection state, the held
 leases, the slots and the drain, that the five loops and the lease runners
@@ -78,7 +101,7 @@ from typing import Any, Final
 import msgspec
 
 import wf
-from wf.client.rpc_client import RpcClient
+from wf.client.rpc_client import LONG_POLL_MARGIN_S, RpcClient, split_urls
 from wf.clock import Clock, SystemClock, sleep_until
 from wf.errors import (
     Conflict,
@@ -113,6 +136,9 @@ from wf.wire.scheduler_methods import (
     RegisterWorkerParams,
     WorkerIdParams,
 )
+from wf.wire.scheduler_methods import (
+    HeldLease as WireHeldLease,
+)
 from wf.worker.activity import ActivityContext, ActivityDefinition, ActivityInfo
 from wf.worker.backoff import Backoff
 from wf.worker.execution import Abandoned, Ending, Failed, Succeeded, execute
@@ -135,10 +161,22 @@ see it ``executing`` while it runs."""
 POLL_ITEMS_MAX: Final = 1_000
 """Most leases asked for in one poll (the server's default bound; halved while a
 server with a lower ``poll_items_max`` refuses it)."""
-CALL_TIMEOUT_MARGIN_S: Final = 10.0
-"""Added to a call's own waiting time before it counts as unanswered."""
+CALL_TIMEOUT_MARGIN_S: Final = LONG_POLL_MARGIN_S
+"""Added to a long poll's wait before it counts as unanswered."""
 HEARTBEAT_TIMEOUT_S: Final = 10.0
-"""Longest a heartbeat or registration may take."""
+"""Longest the graceful shutdown call may take."""
+WORKER_CALL_TIMEOUT_S: Final = 3.0
+"""Bound of one attempt of a heartbeat, a registration or a batch of lease calls
+(answered in milliseconds by a live node, within a second by a very busy one on a
+shared machine): a node that froze is given up within this and the call moves on to
+the next node, so a worker finds out within ``heartbeat_interval_s`` plus this, and
+then abandons its long poll there too. Its results reach the new active well within
+the fresh lease grace a take-over gives (docs/ha.md)."""
+WORKER_FAILOVER_TIMEOUT_S: Final = 5.0
+"""The worker's failover budget per call (see :mod:`wf.client.rpc_client`): a
+takeover (at most 5 s after a freeze or a cut-off) is ridden out inside one call,
+retrying at most a second apart; past it the call counts as a lost connection and
+the registrar takes over with its own backoff."""
 FORBIDDEN_RETRIES_MAX: Final = 3
 """Lease calls refused as ``forbidden`` are retried after re-registering this often."""
 DEFAULT_LEASE_TTL_S: Final = 30.0
@@ -173,7 +211,8 @@ class Worker:
     ``drain_timeout_s`` bounds how long :meth:`shutdown` waits for executing
     activities before cancelling them (``None``: as long as they take).
     ``clock`` is scheduler time for early grants (default
-    :class:`~wf.clock.SystemClock`).
+    :class:`~wf.clock.SystemClock`). ``failover_timeout_s`` is each call's
+    failover budget (see the module docstring).
     """
 
     def __init__(
@@ -196,8 +235,9 @@ class Worker:
         version: str = wf.__version__,
         start_report_delay_s: float | None = START_REPORT_DELAY_S,
         clock: Clock | None = None,
+        failover_timeout_s: float = WORKER_FAILOVER_TIMEOUT_S,
     ) -> None:
-        self.servers = [servers] if isinstance(servers, str) else list(servers)
+        self.servers = split_urls(servers)
         if not self.servers:
             raise InvalidArgument("a worker needs at least one server URL", field="servers")
         self.activities: dict[str, ActivityDefinition] = {}
@@ -225,6 +265,9 @@ class Worker:
             raise InvalidArgument("poll_wait_s must be in [0, 60]")
         if start_report_delay_s is not None and not 0 <= start_report_delay_s <= 60:
             raise InvalidArgument("start_report_delay_s must be in [0, 60] or None")
+        if not 0 <= failover_timeout_s <= 3600:
+            raise InvalidArgument("failover_timeout_s must be in [0, 3600]")
+        self.failover_timeout_s = failover_timeout_s
         self.worker_id = worker_id or default_worker_id()
         self.token = token
         self.ssl_context = ssl_context
@@ -276,6 +319,12 @@ class Worker:
         self._outbox: Outbox | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._poll_task: asyncio.Task[None] | None = None
+        self._poll_call: asyncio.Future[Any] | None = None
+        """The long poll on the wire, abandoned when the worker moves to another node."""
+        self._registered_at = 0
+        """The client's ``failovers`` when the last registration was answered."""
+        self._registered_url: str | None = None
+        """The server that answered it."""
         self._poll_items_max = POLL_ITEMS_MAX
         self._backoff = Backoff(self.worker_id)
         self._sampler: ProcessSampler | None = None
@@ -300,6 +349,7 @@ class Worker:
             "version": self.version,
             "start_report_delay_s": self.start_report_delay_s,
             "clock": self.clock,
+            "failover_timeout_s": self.failover_timeout_s,
         }
         settings.update(changes)
         return Worker(**settings)
@@ -337,8 +387,14 @@ class Worker:
         self._running = True
         loop = asyncio.get_running_loop()
         self._sampler = ProcessSampler(loop.time())
-        self._client = RpcClient(self.servers, token=self.token, ssl_context=self.ssl_context)
-        self._outbox = Outbox(self._client)
+        self._client = RpcClient(
+            self.servers,
+            token=self.token,
+            ssl_context=self.ssl_context,
+            failover_timeout_s=self.failover_timeout_s,
+            jitter_seed=self.worker_id,
+        )
+        self._outbox = Outbox(self._client, attempt_timeout_s=WORKER_CALL_TIMEOUT_S)
         if any(not d.is_async for d in self.activities.values()):
             self._executor = ThreadPoolExecutor(
                 max_workers=self.max_concurrency, thread_name_prefix="wf-activity"
@@ -492,12 +548,11 @@ class Worker:
         while True:
             await self._register_needed.wait()
             try:
-                async with asyncio.timeout(HEARTBEAT_TIMEOUT_S):
-                    if self._draining:
-                        # Registering would make a draining worker active again: probe.
-                        await self._probe()
-                    else:
-                        await self._register()
+                if self._draining:
+                    # Registering would make a draining worker active again: probe.
+                    await self._probe()
+                else:
+                    await self._register()
             except (Unauthorized, Forbidden, InvalidArgument) as exc:
                 self._stop_fatally(exc)
                 return
@@ -516,7 +571,22 @@ class Worker:
 
     async def _register(self) -> None:
         assert self._client is not None
-        raw = await self._client.call(REGISTER_WORKER.name, RegisterWorkerParams(info=self.info))
+        # Every lease still ours, running or prefetched: the server keeps these and
+        # requeues at once the others it granted to this worker id (empty at start).
+        held = [
+            WireHeldLease(activity_id=h.activity_id, token=h.token)
+            for h in self._held.values()
+            if h.lost is None
+        ]
+        raw, url = await self._client.call_answered_by(
+            REGISTER_WORKER.name,
+            RegisterWorkerParams(info=self.info, held=held),
+            timeout_s=WORKER_CALL_TIMEOUT_S,
+        )
+        # Read right after the answer. A concurrent call may have moved the client on
+        # meanwhile: then the URLs differ and the next contact registers again.
+        self._registered_at = self._client.failovers
+        self._registered_url = url
         answer: RegisterResult = REGISTER_WORKER.decode(raw)
         self.lease_ttl_s = answer.lease_ttl_s
         self.counters.registrations += 1
@@ -528,6 +598,8 @@ class Worker:
                 "worker_id": self.worker_id,
                 "lease_ttl_s": answer.lease_ttl_s,
                 "registrations": self.counters.registrations,
+                "held": len(held),
+                "server": url,
             },
         )
 
@@ -536,12 +608,40 @@ class Worker:
         # Refused or not, the server answered: it is reachable, and that was the question.
         with contextlib.suppress(WorkerNotActive, NotFound):
             await self._client.call(
-                HEARTBEAT.name, HeartbeatParams(worker_id=self.worker_id, stats=self._stats())
+                HEARTBEAT.name,
+                HeartbeatParams(worker_id=self.worker_id, stats=self._stats()),
+                timeout_s=WORKER_CALL_TIMEOUT_S,
             )
 
     def _contact(self) -> None:
-        """A call was answered: the next failure backs off from the start."""
+        """A call was answered: the next failure backs off from the start; if the
+        client got there by moving to another node, register there."""
         self._backoff.reset()
+        client = self._client
+        if client is not None and (
+            client.failovers != self._registered_at or client.url != self._registered_url
+        ):
+            self._moved(client)
+
+    def _moved(self, client: RpcClient) -> None:
+        """The client now talks to another node (or maybe another, behind one URL):
+        register again with the held leases, and abandon a long poll left open on
+        the old node (a frozen one would hold it until its timeout)."""
+        self._registered_at = client.failovers
+        self._registered_url = client.url
+        if self._draining:
+            return  # registering would make a draining worker active again
+        log.info(
+            "worker %s: now at %s; registering again",
+            self.worker_id,
+            client.url,
+            extra={"action": "worker.moved", "worker_id": self.worker_id, "server": client.url},
+        )
+        self.connected.clear()
+        self._register_needed.set()
+        poll = self._poll_call
+        if poll is not None and not poll.done():
+            poll.cancel()
 
     # -------------------------------------------------------------- heartbeat
 
@@ -572,11 +672,11 @@ class Worker:
         while True:
             await self.connected.wait()
             try:
-                async with asyncio.timeout(HEARTBEAT_TIMEOUT_S):
-                    raw = await self._client.call(
-                        HEARTBEAT.name,
-                        HeartbeatParams(worker_id=self.worker_id, stats=self._stats()),
-                    )
+                raw = await self._client.call(
+                    HEARTBEAT.name,
+                    HeartbeatParams(worker_id=self.worker_id, stats=self._stats()),
+                    timeout_s=WORKER_CALL_TIMEOUT_S,
+                )
             except Unauthorized as exc:
                 self._stop_fatally(exc)
                 return
@@ -606,17 +706,29 @@ class Worker:
             # Slots idle now stay idle until this answer arrives (only this loop fills
             # the buffer), so grants for them may be started on grant.
             start = max(0, min(want, self.max_concurrency - self._executing - len(self._buffer)))
+            call = asyncio.ensure_future(
+                self._client.call(
+                    POLL.name,
+                    PollParams(
+                        worker_id=self.worker_id,
+                        max_items=want,
+                        wait_s=self.poll_wait_s,
+                        start=start,
+                    ),
+                    timeout_s=self.poll_wait_s + CALL_TIMEOUT_MARGIN_S,
+                )
+            )
+            self._poll_call = call
             try:
-                async with asyncio.timeout(self.poll_wait_s + CALL_TIMEOUT_MARGIN_S):
-                    raw = await self._client.call(
-                        POLL.name,
-                        PollParams(
-                            worker_id=self.worker_id,
-                            max_items=want,
-                            wait_s=self.poll_wait_s,
-                            start=start,
-                        ),
-                    )
+                await asyncio.wait({call})
+            finally:
+                self._poll_call = None
+                if not call.done():
+                    call.cancel()  # this loop itself is being cancelled
+            if call.cancelled():
+                continue  # abandoned on a move: poll again once registered at the new node
+            try:
+                raw = call.result()
             except Unauthorized as exc:
                 self._stop_fatally(exc)
                 return
@@ -898,7 +1010,9 @@ class Worker:
         outbox = self._outbox
         assert outbox is not None
         forbidden = 0
+        unanswered = 0
         starting = method is START_ACTIVITY
+        reporting = method is COMPLETE_ACTIVITY or method is FAIL_ACTIVITY
         while True:
             if starting and held.lost is not None:
                 return False
@@ -907,9 +1021,13 @@ class Worker:
             except IllegalTransition as exc:
                 if starting:
                     return True
+                if reporting:
+                    self._report_refused(held, exc, unanswered)
                 self._lose(held, exc.code)
                 return False
             except _LEASE_LOST as exc:
+                if reporting:
+                    self._report_refused(held, exc, unanswered)
                 self._lose(held, exc.code)
                 return False
             except Unauthorized as exc:
@@ -926,11 +1044,32 @@ class Worker:
                 if not exc.retryable:
                     self._lose(held, exc.code)
                     return False
+                unanswered += 1
                 self._connection_lost(exc)
             else:
                 self._contact()
                 return True
             await self.connected.wait()
+
+    def _report_refused(self, held: HeldLease, exc: WfError, unanswered: int) -> None:
+        """A result the server refused (stale, expired, finished): dropped, never
+        retried. After an unanswered try (a failover), the first try may well have
+        been applied; otherwise the lease was lost while the activity ran."""
+        self.counters.reports_dropped += 1
+        log.warning(
+            "activity %s: result refused (%s), dropped",
+            held.activity_id,
+            exc.code,
+            extra={
+                "action": "lease.report_dropped",
+                "worker_id": self.worker_id,
+                "activity_id": held.activity_id,
+                "token": held.token,
+                "reason": exc.code,
+                "unanswered_tries": unanswered,
+                "correlation_id": held.grant.correlation_id,
+            },
+        )
 
     async def _renew_loop(self) -> None:
         outbox = self._outbox

@@ -240,6 +240,29 @@ WHERE run_id = :run_id AND revision = :expected_revision;
 -- A run's stored revision (why an update_run matched nothing).
 SELECT revision FROM runs WHERE run_id = :run_id;
 
+-- name: insert_requested_run
+-- A new run started with a client request id; nothing when (tenant, request_id) is
+-- taken (the caller then reads that run: a retry answers the same run).
+INSERT INTO runs (
+    run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,
+    created_at, updated_at, request_id
+) VALUES (
+    :run_id, :seq, :deployment_id, :tenant, :status, :schedule_id, :body, 1,
+    :created_at, :updated_at, :request_id
+)
+ON CONFLICT DO NOTHING;
+
+-- name: select_run_by_request
+-- The run a tenant's request id started.
+SELECT run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,
+       created_at, updated_at, request_id
+FROM runs WHERE tenant = :tenant AND request_id = :request_id;
+
+-- name: select_activity_specs
+-- Stored submissions by id (a retried submission is compared with them); the ids
+-- filter goes in place of the marker.
+SELECT activity_id, spec FROM activities WHERE 1 = 1 /* filters */;
+
 -- name: select_run
 -- One run.
 SELECT run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,

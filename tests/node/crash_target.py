@@ -1,8 +1,9 @@
 """A real scheduler process for crash tests: durable load, an acknowledgement log, nothing else.
 
-Usage::
+The project's own fixture for ``test_crash.py`` (not part of the shipped test
+kit), run as a script. Usage::
 
-    python -m wf.testing.crash_target (--store-root DIR | --postgres DSN --schema S)
+    python tests/node/crash_target.py (--store-root DIR | --postgres DSN --schema S)
         --ack-file PATH --seed N [--durability fsync|process]
         [--ops-max N] [--seconds-max S]
 
@@ -465,7 +466,7 @@ async def run(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The command line of the crash target."""
     parser = argparse.ArgumentParser(
-        prog="python -m wf.testing.crash_target", description="a scheduler process to kill"
+        prog="crash_target.py", description="a scheduler process to kill"
     )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--store-root", help="embedded store folder (SQLite)")

@@ -1,0 +1,143 @@
+"""A standby's warm copy (issue 15, ``wf.store.postgres_follow``): brought up to date
+from the change log, it holds exactly what a full load of the store holds, and it
+asks for a full reload once the log it needs was pruned.
+
+The owner is a real :class:`~wf.node.SchedulerNode` running real commands
+(submissions, a worker, grants, completions, failures, a cancel); the copy is kept
+by a second, non-owning store as a standby keeps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from psycopg import sql
+from test_postgres_specific import OWNER_A, fetch
+
+from wf.node import SchedulerNode
+from wf.scheduler import commands as cmd
+from wf.scheduler.model import Activity, WorkerInfo
+from wf.scheduler.outputs import LeaseGranted
+from wf.store import postgres_follow as follow
+from wf.store.postgres import PostgresStore
+from wf.testing.clock import VirtualClock
+
+
+def act(activity_id: str) -> Activity:
+    return Activity(activity_id=activity_id, activity_type="t")
+
+
+async def busy_owner(node: SchedulerNode, prefix: str, count: int) -> None:
+    """Submissions, grants, a completion, a failure and a cancel."""
+    ids = [f"{prefix}{i}" for i in range(count)]
+    await node.execute(lambda t: cmd.Submit(now=t, activities=tuple(act(i) for i in ids)))
+    info = WorkerInfo(worker_id=f"w-{prefix}", max_concurrency=4)
+    await node.execute(lambda t: cmd.RegisterWorker(now=t, info=info))
+    out = await node.execute(lambda t: cmd.Poll(now=t, worker_id=info.worker_id, max_items=3))
+    grants = [g.lease for g in out.decisions if isinstance(g, LeaseGranted)]
+    assert len(grants) == 3, out.decisions
+    first, second = grants[0], grants[1]
+    for lease in (first, second):
+        await node.execute(
+            lambda t, lease=lease: cmd.StartActivity(
+                now=t, activity_id=lease.activity_id, token=lease.token
+            )
+        )
+    await node.execute(
+        lambda t: cmd.Complete(now=t, activity_id=first.activity_id, token=first.token)
+    )
+    await node.execute(
+        lambda t: cmd.Fail(
+            now=t,
+            activity_id=second.activity_id,
+            token=second.token,
+            retryable=False,
+        )
+    )
+    await node.execute(lambda t: cmd.Cancel(now=t, activity_id=ids[-1]))
+
+
+def test_a_caught_up_copy_holds_what_a_full_load_holds(pg_dsn: str, pg_schema: str) -> None:
+    async def main() -> None:
+        clock = VirtualClock()
+        owner = SchedulerNode(PostgresStore(pg_dsn, schema=pg_schema), clock=clock, owner=OWNER_A)
+        await owner.start(background=False)
+        standby = PostgresStore(pg_dsn, schema=pg_schema)
+        await standby.open()
+        try:
+            await busy_owner(owner, "a", 10)
+            copy = await standby.warm_copy()
+            seq_before = copy.seq
+            await busy_owner(owner, "b", 10)
+            assert await standby.catch_up(copy)
+            assert copy.seq > seq_before
+            full = await standby.warm_copy()
+            assert copy.seq == full.seq
+            assert follow.differences(copy, full) == []
+            # The state a take-over would recover from is the store's own load.
+            state, loaded = copy.state(), await standby.load()
+            assert state.activities == loaded.activities
+            assert state.workers == loaded.workers
+            assert (state.seq, state.token, state.worker_seq) == (
+                loaded.seq,
+                loaded.token,
+                loaded.worker_seq,
+            )
+            assert {aid for aid, _ in state.finished} == {aid for aid, _ in loaded.finished}
+        finally:
+            await standby.close()
+            await owner.stop()
+
+    asyncio.run(main())
+
+
+def test_a_copy_older_than_the_pruned_log_asks_for_a_full_reload(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    async def main() -> None:
+        clock = VirtualClock()
+        owner = SchedulerNode(PostgresStore(pg_dsn, schema=pg_schema), clock=clock, owner=OWNER_A)
+        await owner.start(background=False)
+        standby = PostgresStore(pg_dsn, schema=pg_schema)
+        await standby.open()
+        try:
+            copy = await standby.warm_copy()
+            await busy_owner(owner, "a", 5)
+            # As the active's pruning does once the log is long (CHANGE_LOG_KEEP).
+            await fetch(
+                pg_dsn,
+                sql.SQL("UPDATE {}.change_log_meta SET pruned_below = {}").format(
+                    sql.Identifier(pg_schema), sql.Literal(copy.seq + 1)
+                ),
+            )
+            assert not await standby.catch_up(copy)
+        finally:
+            await standby.close()
+            await owner.stop()
+
+    asyncio.run(main())
+
+
+def test_every_group_commit_logs_the_ids_it_touched(pg_dsn: str, pg_schema: str) -> None:
+    async def main() -> None:
+        clock = VirtualClock()
+        owner = SchedulerNode(PostgresStore(pg_dsn, schema=pg_schema), clock=clock, owner=OWNER_A)
+        await owner.start(background=False)
+        try:
+            await owner.execute(lambda t: cmd.Submit(now=t, activities=(act("x1"), act("x2"))))
+            info = WorkerInfo(worker_id="w1", max_concurrency=1)
+            await owner.execute(lambda t: cmd.RegisterWorker(now=t, info=info))
+        finally:
+            await owner.stop()
+        logged = await fetch(
+            pg_dsn,
+            sql.SQL(
+                "SELECT activity_ids, worker_ids FROM {}.change_log ORDER BY commit_seq"
+            ).format(sql.Identifier(pg_schema)),
+        )
+        touched_activities = {aid for aids, _ in logged for aid in aids}
+        touched_workers = {wid for _, wids in logged for wid in wids}
+        assert {"x1", "x2"} <= touched_activities
+        assert "w1" in touched_workers
+
+    asyncio.run(main())
