@@ -215,7 +215,7 @@ class Trials:
             tmp,
             args.postgres_dsn,
             self.schema,
-            config=server_config(lease_ttl_s=30.0),
+            config=server_config(lease_ttl_s=30.0, log_level=args.log_level),
             node_dsns={
                 n: node_dsn(args.postgres_dsn, n, host="127.0.0.1", port=p.port)
                 for n, p in self.proxies.items()
@@ -405,7 +405,10 @@ def run_trials(args: argparse.Namespace, live: int) -> dict[str, Any]:
         return result
     finally:
         trials.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep:
+            say(f"[{live} live] logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ------------------------------------------------------------- A/B overhead
@@ -485,6 +488,8 @@ def run_overhead(args: argparse.Namespace) -> dict[str, Any]:
                     node = cluster.nodes[node_id]
                     if standbys_up and not node.alive():
                         cluster.restart(node_id)
+                        if args.standby_nice and node.proc is not None:
+                            os.setpriority(os.PRIO_PROCESS, node.proc.pid, args.standby_nice)
                     elif not standbys_up and node.alive():
                         node.term()
                         node.wait_exit()
@@ -528,6 +533,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--ab-count", type=int, default=5_000, help="throughput activities")
     parser.add_argument("--ab-dispatches", type=int, default=200, help="light-load dispatches")
     parser.add_argument("--ab-repetitions", type=int, default=2)
+    parser.add_argument("--keep", action="store_true", help="keep the nodes' logs")
+    parser.add_argument(
+        "--log-level", default="warning", help="the nodes' log level (default warning)"
+    )
+    parser.add_argument(
+        "--standby-nice",
+        type=int,
+        default=0,
+        help="niceness of the standbys in the A/B (19 stands in for standbys on machines "
+        "of their own; 0, the default, shares this machine's cores with them as they are)",
+    )
     parser.add_argument("--postgres-dsn", default=os.environ.get("WF_TEST_POSTGRES_DSN"))
     args = parser.parse_args(argv)
     args.postgres_dsn = args.postgres_dsn or DEFAULT_DSN
@@ -554,6 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine_cores": os.cpu_count(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "freeze_s": FREEZE_S,
+        "standby_nice": args.standby_nice,
         "targets": TARGETS,
         "live": {},
     }

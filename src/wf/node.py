@@ -358,6 +358,12 @@ class SchedulerNode:
         await self.store.close()
 
     @property
+    def ownership_lost(self) -> bool:
+        """Whether writes stopped because another node may own the store (the fence
+        moved, or this node is a standby): a cluster sends callers to the active."""
+        return isinstance(self._broken, OwnershipLost)
+
+    @property
     def writes_stopped(self) -> bool:
         """Whether writes are stopped (a commit failed and no reload succeeded since)."""
         return self._broken is not None

@@ -530,7 +530,7 @@ def test_unreachable_server_and_token(wf: Wf, monkeypatch: pytest.MonkeyPatch) -
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    result = wf("schedules", "list", server=dead)
+    result = wf("schedules", "list", "--failover-timeout", "0", server=dead)
     assert result.code == 1
     assert result.err.startswith("wf: error: rpc_unavailable: "), result.err
     # A token (flag or $WF_TOKEN) is sent: this server knows none, so it refuses it.

@@ -481,7 +481,7 @@ def test_sync_facade_and_failover(tmp_path: Path) -> None:
                 app.get_activity("nope")
             with pytest.raises(AttributeError):
                 app.not_a_method  # noqa: B018
-        with App.sync(_dead_url()) as down, pytest.raises(RpcUnavailable):
+        with App.sync(_dead_url(), failover_timeout_s=0) as down, pytest.raises(RpcUnavailable):
             down.queue_stats()
 
 

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from wf.client.app import App
 from wf.client.rpc_client import RpcClient
-from wf.errors import NotFound, NotLeader, RpcUnavailable, WfError
+from wf.errors import NotFound, NotLeader, OwnershipLost, RpcUnavailable, WfError
 
 TOKEN = "s3cret-token"
 TEST_BOUND_S = 20.0
@@ -77,6 +77,13 @@ class StandIn:
 
     def answer(self, call: dict[str, Any]) -> dict[str, Any]:
         error: WfError
+        if self.mode == "deposed":
+            lost = OwnershipLost("the store refused the write", epoch=3)
+            return {
+                "jsonrpc": "2.0",
+                "id": call["id"],
+                "error": {"code": lost.rpc_code, "message": lost.message, "data": lost.to_dict()},
+            }
         if self.mode == "standby" or call["params"].get("refuse_at") == self.name:
             error = NotLeader("this node is a standby", leader_url=self.leader_url, epoch=3)
             return {
@@ -365,6 +372,18 @@ def test_a_server_that_left_a_call_unanswered_is_tried_last_for_a_while() -> Non
                 second = await client.call("x.ping", timeout_s=0.3)
                 assert second["served_by"] == "standby"
                 assert len(frozen.requests) == 1
+
+    run(main)
+
+
+def test_a_node_answering_ownership_lost_is_left_for_the_next_one() -> None:
+    async def main() -> None:
+        async with nodes("deposed", "active") as (deposed, active):
+            deposed.mode = "deposed"  # its fence moved: it stored nothing
+            async with RpcClient([deposed.url, active.url]) as client:
+                answer = await client.call("x.ping")
+            assert answer["served_by"] == "active"
+            assert len(deposed.requests) == 1
 
     run(main)
 

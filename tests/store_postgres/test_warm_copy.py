@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from psycopg import sql
-from test_postgres_specific import OWNER_A, fetch
+from test_postgres_specific import OWNER_A, OWNER_B, fetch
 
 from wf.node import SchedulerNode
 from wf.scheduler import commands as cmd
@@ -139,5 +139,38 @@ def test_every_group_commit_logs_the_ids_it_touched(pg_dsn: str, pg_schema: str)
         touched_workers = {wid for _, wids in logged for wid in wids}
         assert {"x1", "x2"} <= touched_activities
         assert "w1" in touched_workers
+
+    asyncio.run(main())
+
+
+def test_a_standby_ends_an_owner_session_stuck_inside_a_transaction_and_only_then(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """PostgreSQL's idle timeouts do not run inside a pipeline: a client that stopped
+    mid-transaction keeps the ownership lock. The standby ends such a session (and
+    never an idle one, which the server's own timeouts govern)."""
+
+    async def main() -> None:
+        owner = PostgresStore(pg_dsn, schema=pg_schema)
+        await owner.open()
+        standby = PostgresStore(pg_dsn, schema=pg_schema)
+        await standby.open()
+        try:
+            await owner.acquire_ownership(OWNER_A)
+            await asyncio.sleep(0.3)
+            assert await standby.end_stuck_owner(0.1) is None  # idle: left alone
+            writer = owner._wconn
+            assert writer is not None
+            await writer.execute("BEGIN")  # and then the client says nothing more
+            await asyncio.sleep(0.3)
+            ended = await standby.end_stuck_owner(0.1)
+            assert ended is not None
+            assert ended[1].startswith("idle in transaction")
+            # The lock went with the session: the standby may take ownership.
+            await standby.acquire_ownership(OWNER_B)
+            assert standby.epoch is not None
+        finally:
+            await standby.close()
+            await owner.close()
 
     asyncio.run(main())

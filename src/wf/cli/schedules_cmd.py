@@ -42,6 +42,7 @@ from typing import Any, Final
 import msgspec
 
 from wf.client.app import App, SyncApp
+from wf.client.rpc_client import FAILOVER_TIMEOUT_S
 from wf.errors import WfError
 from wf.wire.schedule_methods import CreateScheduleParams, UpdateScheduleParams
 
@@ -82,6 +83,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"server URL; repeat or comma-separate for a cluster (default {DEFAULT_SERVER})",
     )
     common.add_argument("--token", help=f"bearer token (or ${TOKEN_ENV})")
+    common.add_argument(
+        "--failover-timeout",
+        type=float,
+        default=FAILOVER_TIMEOUT_S,
+        metavar="S",
+        help=f"how long a call keeps trying the servers (default {FAILOVER_TIMEOUT_S:g} s)",
+    )
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     group = subparsers.add_parser("schedules", help="administer deployment schedules")
@@ -164,7 +172,11 @@ def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
     def handle(args: argparse.Namespace) -> int:
         token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
         try:
-            with App.sync(args.servers or [DEFAULT_SERVER], token=token) as app:
+            with App.sync(
+                args.servers or [DEFAULT_SERVER],
+                token=token,
+                failover_timeout_s=args.failover_timeout,
+            ) as app:
                 return command(app, args)
         except UsageError as exc:
             return _fail(str(exc), USAGE_EXIT)

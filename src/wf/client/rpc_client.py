@@ -100,6 +100,7 @@ from wf.errors import (
     InvalidArgument,
     NotLeader,
     Overloaded,
+    OwnershipLost,
     RpcProtocolError,
     RpcUnavailable,
     WfError,
@@ -371,18 +372,24 @@ class RpcClient:
             attempts.tried.add(target)
             self._suspect_until[target] = 0.0
             self._current = answered_by = target
-            refused = [i for i, a in zip(pending, answers, strict=True) if isinstance(a, NotLeader)]
+            # ``ownership_lost``: that node was just deposed and stored nothing; the
+            # call belongs at the active, as after ``not_leader``.
+            refused = [
+                i
+                for i, a in zip(pending, answers, strict=True)
+                if isinstance(a, NotLeader | OwnershipLost)
+            ]
             for i, answer in zip(pending, answers, strict=True):
                 results[i] = answer
             if not refused:
                 return results, self.urls[answered_by]
-            not_leader: NotLeader = results[refused[0]]
-            preferred = self._leader_index(not_leader)
+            refusal: NotLeader | OwnershipLost = results[refused[0]]
+            preferred = self._leader_index(refusal)
             if preferred is None or preferred == target:
                 preferred = (target + 1) % len(self.urls)
             try:
-                target = await self._move_on(attempts, preferred, not_leader)
-            except NotLeader:
+                target = await self._move_on(attempts, preferred, refusal)
+            except (NotLeader, OwnershipLost):
                 # The budget is spent: those slots keep their refusal.
                 return results, self.urls[answered_by]
             pending = refused
@@ -396,7 +403,7 @@ class RpcClient:
                     timeout = max(timeout, wait + LONG_POLL_MARGIN_S)
         return timeout
 
-    def _leader_index(self, refusal: NotLeader) -> int | None:
+    def _leader_index(self, refusal: NotLeader | OwnershipLost) -> int | None:
         """The configured URL the refusal names as the active, if it names one."""
         leader = refusal.details.get("leader_url")
         if not isinstance(leader, str):
@@ -411,7 +418,7 @@ class RpcClient:
         return None
 
     async def _move_on(
-        self, attempts: _Attempts, preferred: int, failure: _Unanswered | NotLeader
+        self, attempts: _Attempts, preferred: int, failure: _Unanswered | NotLeader | OwnershipLost
     ) -> int:
         """The next server to try (after a pause when it was tried already); raises
         the call's error when the budget is spent."""
@@ -420,7 +427,7 @@ class RpcClient:
             self.failovers += 1
             self._current = target
             return target
-        if isinstance(failure, NotLeader):
+        if isinstance(failure, NotLeader | OwnershipLost):
             raise failure
         cause = failure.cause
         raise RpcUnavailable(

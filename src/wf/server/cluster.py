@@ -178,7 +178,7 @@ class ClusterRole:
         """Raise :class:`NotLeader` unless this node serves ``method`` now."""
         if method in UNGATED_METHODS or self.store is None:
             return
-        if self.role == "active" and not self.gate_closed():
+        if self.role == "active" and not self.gate_closed() and not self.node.ownership_lost:
             return
         leader = None if self.role == "active" else self.leader_url
         raise NotLeader(
@@ -264,6 +264,7 @@ class ClusterRole:
                 report = await self._activate()
             except OwnershipConflict:
                 await self._learn_leader()
+                await self._end_stuck_owner(store)
                 return
             except (StoreUnavailable, OwnershipLost) as exc:
                 log.warning(
@@ -290,6 +291,24 @@ class ClusterRole:
                 },
             )
         await self._report_once()
+
+    async def _end_stuck_owner(self, store: PostgresStore) -> None:
+        """End the owner's session if it is stuck mid-transaction on a silent client
+        (PostgreSQL's own idle timeouts do not run there); the next campaign wins."""
+        try:
+            ended = await store.end_stuck_owner(self.config.session_timeout_s)
+        except WfError:
+            return
+        if ended is not None:
+            pid, state = ended
+            log.warning(
+                "ended the active's session (backend %d, %s): it waited on its client "
+                "for over %g s inside a transaction",
+                pid,
+                state,
+                self.config.session_timeout_s,
+                extra={"action": "cluster.ended_stuck_owner", "backend_pid": pid},
+            )
 
     async def _learn_leader(self) -> None:
         store = self.store

@@ -142,7 +142,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """The active stops answering (``not_leader``) once its session went unconfirmed
     for ``session_timeout_s - gate_margin_s``: before PostgreSQL could have let
     another node take over."""
-    warm_interval_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 0.5
+    warm_interval_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 1.0
     """How often a standby brings its warm copy of the scheduler state up to date."""
     warm_verify_interval_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
     """How often a standby compares its warm copy with a full load (and replaces a

@@ -1024,6 +1024,13 @@ class PostgresStore(DrivenCatalog):
         async with self._reading(CLUSTER_READ_TIMEOUT_S) as conn:
             return await cluster.nodes(conn)
 
+    async def end_stuck_owner(self, silent_s: float) -> tuple[int, str] | None:
+        """Terminate the owner's session if it is stuck waiting on its client inside a
+        transaction or pipeline (:func:`wf.store.postgres_cluster.end_stuck_owner`)."""
+        self._require_open()
+        async with self._reading(CLUSTER_READ_TIMEOUT_S) as conn:
+            return await cluster.end_stuck_owner(conn, self._owner_key, silent_s)
+
     async def clock_skew_s(self) -> float:
         """This process's clock minus PostgreSQL's."""
         self._require_open()

@@ -33,6 +33,20 @@ WHERE seen_at > now() - make_interval(secs => %s)
 ORDER BY (role = 'active') DESC, node_id"""
 _FORGET: Final = "DELETE FROM cluster_nodes WHERE seen_at < now() - make_interval(secs => %s)"
 _DB_CLOCK: Final = "SELECT EXTRACT(EPOCH FROM clock_timestamp())::double precision"
+_END_STUCK_OWNER: Final = """
+SELECT a.pid, a.state, a.wait_event, pg_terminate_backend(a.pid)
+FROM pg_stat_activity a
+WHERE a.pid = (
+    SELECT l.pid FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND ((l.classid::bigint << 32) | l.objid::bigint) = %(key)s::bigint
+    LIMIT 1)
+  AND a.state <> 'idle'
+  AND a.wait_event IN ('ClientRead', 'ClientWrite')
+  AND a.state_change < now() - make_interval(secs => %(silent_s)s)"""
+"""Ends the owner's session when it has sat inside a transaction or a pipeline, waiting
+on its client, for longer than the bound (see :func:`end_stuck_owner`)."""
 
 NODES_SEEN_WITHIN_S: Final = 60.0
 """``cluster.status`` lists the nodes that reported within this long."""
@@ -120,3 +134,18 @@ async def clock_skew_s(conn: Conn) -> float:
     after = time.time()
     assert row is not None
     return (before + after) / 2 - float(row[0])
+
+
+async def end_stuck_owner(conn: Conn, lock_key: int, silent_s: float) -> tuple[int, str] | None:
+    """Terminate the owner's session if it waits on its client, mid-transaction or
+    mid-pipeline, for more than ``silent_s``; the ended session's (pid, state), if any.
+
+    PostgreSQL's idle timeouts run only between two commands: a client that stopped
+    in the middle of a pipelined transaction (frozen, or behind a route that swallows
+    bytes, which TCP cannot tell from a slow peer) leaves its session waiting with
+    no timeout, holding the ownership lock. The owner's own writes never wait on it
+    that long, so a standby ends such a session and the lock with it; the fence
+    keeps that owner from writing whatever it believes (docs/ha.md)."""
+    cur = await conn.execute(_END_STUCK_OWNER, {"key": lock_key, "silent_s": silent_s})
+    row = await cur.fetchone()
+    return None if row is None else (int(row[0]), f"{row[1]} ({row[2]})")
