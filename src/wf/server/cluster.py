@@ -73,6 +73,8 @@ log = logging.getLogger("wf.server.cluster")
 CLOCK_CHECK_INTERVAL_S: Final = 10.0
 """How often a standby compares its clock with PostgreSQL's while it campaigns."""
 UNGATED_METHODS: Final = frozenset({"rpc.discover", "cluster.status"})
+WARM_PEER_FRESH_REPORTS: Final = 3
+"""A warm peer counts while its last report is at most this many report intervals old."""
 """What every node answers whatever its role."""
 
 
@@ -257,6 +259,8 @@ class ClusterRole:
         assert store is not None
         if not await self._clock_allows():
             return
+        if self._copy is None and await self._warm_peer():
+            return  # let a standby with a warm copy take over: it recovers in a fraction
         async with self._changing:
             if self.role != "standby":
                 return
@@ -291,6 +295,24 @@ class ClusterRole:
                 },
             )
         await self._report_once()
+
+    async def _warm_peer(self) -> bool:
+        """Whether another standby with a warm copy reported lately (a cold standby then
+        leaves the take-over to it; once that one stops reporting, it campaigns)."""
+        store = self.store
+        assert store is not None
+        try:
+            rows = await store.cluster_nodes()
+        except WfError:
+            return False
+        fresh_s = WARM_PEER_FRESH_REPORTS * self.config.report_interval_s
+        return any(
+            row.role == "standby"
+            and row.node_id != self.node_id
+            and row.applied_seq > 0
+            and row.seen_s_ago < fresh_s
+            for row in rows
+        )
 
     async def _end_stuck_owner(self, store: PostgresStore) -> None:
         """End the owner's session if it is stuck mid-transaction on a silent client
@@ -492,9 +514,13 @@ class ClusterRole:
                     advertise_url=self.advertise_url,
                     role=self.role,
                     epoch=(store.epoch or self.epoch) if active else self.epoch,
+                    # A standby that may not campaign (clock) reports no copy, so that
+                    # cold standbys do not wait for it (_warm_peer).
                     applied_seq=store.commit_seq
                     if active
-                    else (self._copy.seq if self._copy is not None else 0),
+                    else (
+                        self._copy.seq if self._copy is not None and not self._skew_refused else 0
+                    ),
                     host=socket.gethostname(),
                     pid=os.getpid(),
                     started_at=self._started_at,
