@@ -74,10 +74,10 @@ def server_config(
     *, lease_ttl_s: float = 4.0, log_level: str = "warning", extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """A node's config file: a short lease (so a failover outlasts it), and a scheduler
-    that admits promptly and in parallel. The workers heartbeat every 0.5 s; the
-    heartbeat grace (12 misses: 6 s) stays above what a worker needs to find the new
-    active after a freeze (its interval plus one 3 s attempt on the frozen node,
-    docs/ha.md), as it must in production (defaults: 5 s x 3)."""
+    that admits promptly and in parallel. Workers heartbeat at ``wf worker``'s
+    default interval (5 s); 12 misses keep the heartbeat grace far above what a
+    worker needs to find the new active (its interval plus one 3 s attempt on a
+    frozen node, docs/ha.md), so that what these tests see is the lease grace."""
     config: dict[str, Any] = {
         "server": {
             "scheduler": {"poll_interval_s": 0.2, "max_concurrent_runs": 64},
