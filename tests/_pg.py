@@ -36,6 +36,25 @@ def postgres_dsn() -> str:
     return dsn
 
 
+def optional_postgres_dsn() -> str | None:
+    """The test server's DSN if it answers; ``None`` locally without one (the caller
+    runs without PostgreSQL), and a failure under ``CI=true``."""
+    dsn = os.environ.get(DSN_ENV, "")
+    reason = f"{DSN_ENV} is not set"
+    if dsn:
+        import psycopg
+
+        try:
+            psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S).close()
+        except psycopg.OperationalError as exc:
+            reason = f"cannot connect with {DSN_ENV}: {exc}"
+        else:
+            return dsn
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"PostgreSQL is required in CI, never skipped: {reason}")
+    return None
+
+
 def new_schema_name() -> str:
     """A schema name no other test or run uses."""
     return f"wf_test_{uuid.uuid4().hex}"

@@ -12,6 +12,8 @@ The layers, lowest first (each may import what is below it, never above):
     wf.server     ← wf.schedules, wf.activities (its local server runs workers in-process)
     wf.testing, wf.cli   the top: may import anything
 
+    wf.flow       ← wf.runtime (plan validation), wf.worker (activity declarations)
+
     wf.wire       ← the scheduler's pure value modules only (the wire contract)
     wf.client     ← wf.wire
     wf.worker     ← wf.wire, and the client's transport (it speaks JSON-RPC through it)
@@ -50,11 +52,12 @@ DEPENDS_ON: Final[dict[str, frozenset[str]]] = {
     "wf.schedules": frozenset({"wf.runtime"}),
     "wf.server": frozenset({"wf.schedules", "wf.activities"}),
     "wf.testing": frozenset({"wf.server"}),
-    "wf.cli": frozenset({"wf.testing"}),
+    "wf.cli": frozenset({"wf.testing", "wf.flow"}),
     "wf.wire": frozenset({"wf.scheduler"}),
     "wf.client": frozenset({"wf.wire"}),
     "wf.worker": frozenset({"wf.client", "wf.wire"}),
     "wf.activities": frozenset({"wf.worker"}),
+    "wf.flow": frozenset({"wf.runtime", "wf.worker"}),
 }
 """The layers each layer sits on directly; what it may import is the closure."""
 
@@ -252,6 +255,9 @@ def test_the_worker_sdk_and_the_client_load_nothing_of_the_server_side() -> None
         "import wf.client",
         "from wf.client import App",
         "import wf.cli.schedules_cmd",
+        "import wf.cli.runs_cmd",
+        "import wf.cli.catalog_cmd",
+        "import wf.cli.fleet_cmd",
     ):
         loaded = _loaded_after(statement)
         assert loaded, statement

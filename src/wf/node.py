@@ -506,6 +506,15 @@ class SchedulerNode:
         commit = self._last_commit
         return self._untold == 0 and (commit is None or commit.done())
 
+    def rearm_liveness(self) -> None:
+        """Count every live worker's liveness deadline from the clock's instant.
+
+        For a virtual clock that just jumped (:mod:`wf.testing.timeskip`): no worker
+        can heartbeat across an interval that took no real time. Start-up recovery
+        does the same. Not a command: liveness deadlines are soft state, never stored.
+        """
+        self.core.registry.rearm_live(self.clock.now())
+
     def _settled(self, commit: asyncio.Future[None], outcome: Outcome) -> None:
         """A commit ended: a committed outcome reaches the read port; a failed or
         cancelled one stops writes (fail-stop)."""

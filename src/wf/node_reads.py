@@ -40,15 +40,16 @@ in four kinds, each named for what it promises:
   :meth:`~NodeReads.worker_labels`, :meth:`~NodeReads.lease_holder`,
   :meth:`~NodeReads.worker_demand`, :meth:`~NodeReads.attempt`,
   :meth:`~NodeReads.holds`, :meth:`~NodeReads.held_ids`,
-  :meth:`~NodeReads.admit_new_workflow`) read the core *as decided*, which
-  may be ahead of the store by the commits in flight. They exist for checks
-  made right before a command, and are safe because of that: what they gate
-  is a command the core decides again, whose commit lands after those of
-  everything the read saw (commits land in order) and is refused if one of
-  them failed. The two whose refusal is itself an answer to a caller
-  (:meth:`~NodeReads.worker_labels`, :meth:`~NodeReads.lease_holder`:
-  worker ownership) raise :class:`~wf.errors.StoreUnavailable` while writes
-  are stopped rather than answer from a failed change.
+  :meth:`~NodeReads.next_delay_due`, :meth:`~NodeReads.admit_new_workflow`)
+  read the core *as decided*, which may be ahead of the store by the commits
+  in flight. They exist for checks made right before a command, and are safe
+  because of that: what they gate is a command the core decides again, whose
+  commit lands after those of everything the read saw (commits land in order)
+  and is refused if one of them failed. The two whose refusal is itself an
+  answer to a caller (:meth:`~NodeReads.worker_labels`,
+  :meth:`~NodeReads.lease_holder`: worker ownership) raise
+  :class:`~wf.errors.StoreUnavailable` while writes are stopped rather than
+  answer from a failed change.
 
 :meth:`~NodeReads.figures` and :meth:`~NodeReads.counters` are the one
 deliberate exception: metric gauges and counters read at scrape time, which
@@ -56,6 +57,17 @@ must keep answering while writes are stopped (that is when an operator looks)
 and cannot wait for a quiet moment under load. They may count decisions whose
 commit is in flight, or failed until the reload; they never describe one
 activity or worker.
+
+**Inspection reads** (:meth:`~NodeReads.deepest_lanes`,
+:meth:`~NodeReads.unserved_types`, :meth:`~NodeReads.unserved_waiting`,
+:meth:`~NodeReads.queued_at`) serve the operator's views of the same kind: the
+console's dispatch figures, the unserved-type warning and gauge, the
+``unserved`` mark of ``runs.inspect`` and the scheduling-latency histogram.
+They read the core *as decided* too, without waiting, and copy what they
+answer. :meth:`~NodeReads.queued_at` is one dictionary look-up (the histogram
+reads it once per committed grant); the others cost one pass over the ready
+queue's lanes, so they run on a scrape, a periodic check or an inspect, never
+per command.
 """
 
 from __future__ import annotations
@@ -75,10 +87,12 @@ from wf.scheduler.model import (
     Activity,
     ActivityState,
     HeartbeatStats,
+    Priority,
     WorkerInfo,
     WorkerStatus,
 )
 from wf.scheduler.outputs import ActivitySubmitted, Outcome, Transition
+from wf.scheduler.unserved import unserved_types
 
 if TYPE_CHECKING:
     from wf.node import SchedulerNode
@@ -142,6 +156,23 @@ class QueueFigures(msgspec.Struct, frozen=True, kw_only=True):
     """The current backpressure level."""
     workers_by_status: dict[WorkerStatus, int]
     """Known workers per status (every status present)."""
+
+
+class LaneRead(msgspec.Struct, frozen=True, kw_only=True):
+    """One non-empty lane of the ready queue: its key's parts and its depth (a copy)."""
+
+    partition: str
+    """The partition its activities belong to."""
+    tenant: str
+    """The tenant of its activities."""
+    activity_type: str
+    """The activity type of its activities."""
+    priority: Priority
+    """Their priority."""
+    region: str | None
+    """Their region (``None``: any)."""
+    depth: int
+    """Queued activities in it."""
 
 
 class NodeReads:
@@ -345,6 +376,11 @@ class NodeReads:
         """The ids of every activity unfinished in the core (a copy)."""
         return list(self._node.core.activities)
 
+    def next_delay_due(self) -> float | None:
+        """The earliest instant a delayed activity or retry falls due (``None`` if none
+        waits): the instant the node must tick by to release it."""
+        return self._node.core.timers.next_due_at()
+
     def admit_new_workflow(self, now: float) -> None:
         """Return if backpressure lets a new workflow start at ``now``; else raise
         :class:`~wf.errors.Overloaded` (nothing is changed either way)."""
@@ -372,3 +408,53 @@ class NodeReads:
         """The core's own counters and latency histogram, to be read at once (a restart
         replaces the core, and its counters start again from zero)."""
         return self._node.core.metrics
+
+    # ----------------------------------------------- inspection (current)
+
+    def deepest_lanes(self, limit: int) -> tuple[list[LaneRead], int]:
+        """The ``limit`` deepest non-empty lanes of the ready queue, deepest first, and
+        how many lanes are non-empty in all (one pass over the lanes)."""
+        lanes = [lane for lane in self._node.core.queue.lanes.values() if lane.size > 0]
+        deepest = heapq.nlargest(limit, lanes, key=lambda lane: lane.size)
+        return (
+            [
+                LaneRead(
+                    partition=lane.partition,
+                    tenant=lane.tenant,
+                    activity_type=lane.activity_type,
+                    priority=lane.priority,
+                    region=lane.region,
+                    depth=lane.size,
+                )
+                for lane in deepest
+            ],
+            len(lanes),
+        )
+
+    def unserved_types(self) -> dict[str, int]:
+        """Activity type -> queued activities of that type no active worker may take
+        (:func:`~wf.scheduler.unserved.unserved_types`)."""
+        core = self._node.core
+        return unserved_types(core.queue.lanes.values(), core.registry.workers)
+
+    def unserved_waiting(self, activity_ids: Iterable[str]) -> set[str]:
+        """Those of ``activity_ids`` queued in the core whose activity type no active
+        worker may take (the unserved types are found only if one of them is queued)."""
+        held = self._node.core.activities
+        queued: list[tuple[str, str]] = []
+        for activity_id in activity_ids:
+            a = held.get(activity_id)
+            if a is not None and a.state is ActivityState.QUEUED:
+                queued.append((activity_id, a.activity_type))
+        if not queued:
+            return set()
+        unserved = self.unserved_types()
+        return {activity_id for activity_id, kind in queued if kind in unserved}
+
+    def queued_at(self, activity_id: str, token: int) -> float | None:
+        """When the activity last entered the ready queue, if the core holds it under
+        the lease of fencing token ``token`` (``None`` if it moved on or finished)."""
+        a = self._node.core.activities.get(activity_id)
+        if a is None or a.token != token:
+            return None
+        return a.queued_at

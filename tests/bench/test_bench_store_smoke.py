@@ -15,12 +15,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import pytest
 from _bench_report import bench_report
 
+from _pg import DSN_ENV, optional_postgres_dsn
+
 RUN_TIMEOUT_S = 300
-DSN_ENV = "WF_TEST_POSTGRES_DSN"
-CONNECT_TIMEOUT_S = 3
 SQLITE_KEYS = {
     "sqlite_transitions_per_s",
     "sqlite_transitions_per_s_process",
@@ -34,30 +33,12 @@ POSTGRES_KEYS = {"postgres_transitions_per_s", "postgres_recovery_s"}
 CONTEXT_KEYS = {"python", "machine_cores", "date", "durability", "mode"}
 
 
-def _postgres_dsn() -> str | None:
-    """The DSN if the server answers; ``None`` locally without one; fails in CI."""
-    dsn = os.environ.get(DSN_ENV, "")
-    reason = f"{DSN_ENV} is not set"
-    if dsn:
-        import psycopg
-
-        try:
-            psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S).close()
-        except psycopg.OperationalError as exc:
-            reason = f"cannot connect with {DSN_ENV}: {exc}"
-        else:
-            return dsn
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"PostgreSQL is required in CI, never skipped: {reason}")
-    return None
-
-
 def _run(args: list[str], env: dict[str, str]) -> dict[str, Any]:
     return bench_report("store.py", *args, timeout_s=RUN_TIMEOUT_S, env=env)
 
 
 def test_quick_store_benchmark_ends_with_a_json_report() -> None:
-    dsn = _postgres_dsn()
+    dsn = optional_postgres_dsn()
     env = dict(os.environ)
     args = ["--quick"]
     if dsn is None:

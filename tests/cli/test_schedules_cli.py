@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import socket
 import threading
 import time
@@ -24,8 +23,10 @@ from typing import Any, TypeVar
 
 import msgspec
 import pytest
+from _wf_runner import WfRunner, pairs
 
 from wf.cli.main import main
+from wf.cli.output import jsonable
 from wf.client.app import App
 from wf.schedules.config import ScheduleServiceConfig
 from wf.schedules.model import schedule_row
@@ -103,51 +104,12 @@ def served(tmp_path: Path) -> Iterator[Served]:
         yield s
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        assert self.code == 0, self.err
-        return json.loads(self.out)
-
-
-class Wf:
+class Wf(WfRunner):
     """Runs ``wf`` commands against one server."""
 
     def __init__(self, served: Served, capsys: pytest.CaptureFixture[str], tmp: Path) -> None:
+        super().__init__(served.url, capsys, tmp)
         self.served = served
-        self.capsys = capsys
-        self.tmp = tmp
-        self.files = 0
-
-    def __call__(self, *argv: str, server: str | None = None) -> Result:
-        self.capsys.readouterr()
-        code = main([*argv, "--server", server or self.served.url])
-        captured = self.capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    def ok(self, *argv: str) -> str:
-        result = self(*argv)
-        assert result.code == 0, result.err
-        assert result.err == ""
-        return result.out
-
-    def refused(self, code: str, *argv: str) -> str:
-        result = self(*argv)
-        assert result.code == 1, (result.out, result.err)
-        assert result.out == ""
-        assert result.err.startswith(f"wf: error: {code}: "), result.err
-        assert result.err.count("\n") == 1
-        return result.err
-
-    def file(self, body: Any) -> str:
-        self.files += 1
-        path = self.tmp / f"body-{self.files}.json"
-        path.write_text(json.dumps(body))
-        return str(path)
 
     def app(self) -> Any:
         return App.sync(self.served.url)
@@ -178,15 +140,6 @@ def _columns(table: str) -> tuple[list[str], list[dict[str, str]]]:
     return names, rows
 
 
-def _pairs(text: str) -> dict[str, str]:
-    """A ``KEY  value`` block (keys may hold one space, e.g. ``MAX STEPS``)."""
-    found = {}
-    for line in text.strip().split("\n"):
-        key, _, value = line.partition("  ")
-        found[key.strip()] = value.strip()
-    return found
-
-
 # ------------------------------------------------------------- schedules
 
 
@@ -201,7 +154,7 @@ def test_schedule_lifecycle(wf: Wf) -> None:
     out = wf.ok("schedules", "create", "--file", wf.file(body))
     head, _, block = out.partition("\n\n")
     assert head == "created schedule nightly (revision 1)"
-    fields = _pairs(block)
+    fields = pairs(block)
     assert fields["ID"] == "nightly"
     assert fields["STATUS"] == "active"
     assert fields["DEPLOYMENT"] == "ask.default"
@@ -214,13 +167,17 @@ def test_schedule_lifecycle(wf: Wf) -> None:
     assert fields["SKIPPED"] == "overlap 0, misfire 0"
     assert fields["NEXT"].endswith("-01-01T08:00:00Z")
 
-    # --json: the server's answer, as the client gets it.
+    # --json: the server's answer, as the client gets it, in the CLI's JSON form (ISO
+    # 8601 times, absent optional keys as null: wf.cli.output.jsonable).
     created = wf("schedules", "create", "--json", "--file", wf.file({**body, "schedule_id": "b"}))
     view = created.json()
     assert (view["schedule_id"], view["revision"], view["trigger"]) == ("b", 1, CRON)
     with wf.app() as app:
-        assert wf("schedules", "get", "nightly", "--json").json() == app.get_schedule("nightly")
-    assert _pairs(wf.ok("schedules", "get", "nightly")) == fields
+        expected = jsonable(app.get_schedule("nightly"))
+    assert wf("schedules", "get", "nightly", "--json").json() == expected
+    assert isinstance(expected["created_at"], str)
+    assert expected["pending"] is None
+    assert pairs(wf.ok("schedules", "get", "nightly")) == fields
 
     # list: one aligned row per schedule.
     names, rows = _columns(wf.ok("schedules", "list"))
@@ -232,6 +189,7 @@ def test_schedule_lifecycle(wf: Wf) -> None:
         "NEXT",
         "REVISION",
         "SKIPPED(OVERLAP/MISFIRE)",
+        "REASON",
     ]
     assert [r["ID"] for r in rows] == ["b", "nightly"]
     nightly = rows[1]
@@ -248,7 +206,7 @@ def test_schedule_lifecycle(wf: Wf) -> None:
     change = wf.file({"note": "edited", "overlap": "parallel", "max_active_runs": 2})
     out = wf.ok("schedules", "update", "nightly", "--expected-revision", "1", "--file", change)
     assert out.startswith("updated schedule nightly (revision 2)\n")
-    fields = _pairs(out.partition("\n\n")[2])
+    fields = pairs(out.partition("\n\n")[2])
     assert fields["NOTE"] == "edited"
     assert fields["OVERLAP"] == "parallel (max_active_runs 2)"
     err = wf.refused(
@@ -262,17 +220,22 @@ def test_schedule_lifecycle(wf: Wf) -> None:
 
     # pause (with a reason) and resume.
     out = wf.ok("schedules", "pause", "nightly", "--reason", "maintenance window")
-    fields = _pairs(out.partition("\n\n")[2])
+    fields = pairs(out.partition("\n\n")[2])
     assert fields["STATUS"] == "paused"
     assert fields["NEXT"] == "-"
     assert fields["PAUSED"].endswith("Z (maintenance window)")
     _, rows = _columns(wf.ok("schedules", "list"))
-    assert [(r["ID"], r["STATUS"], r["NEXT"]) for r in rows][1] == ("nightly", "paused", "-")
+    assert [(r["ID"], r["STATUS"], r["NEXT"], r["REASON"]) for r in rows][1] == (
+        "nightly",
+        "paused",
+        "-",
+        "maintenance window",
+    )
     paused = wf("schedules", "pause", "nightly", "--json").json()
     assert (paused["status"], paused["revision"]) == ("paused", 3)
     out = wf.ok("schedules", "resume", "nightly")
     assert out.startswith("resumed schedule nightly (revision 4)\n")
-    assert _pairs(out.partition("\n\n")[2])["STATUS"] == "active"
+    assert pairs(out.partition("\n\n")[2])["STATUS"] == "active"
     assert wf("schedules", "resume", "nightly", "--json").json()["revision"] == 4
 
     # preview: instants in UTC and in the schedule's zone.
@@ -285,14 +248,20 @@ def test_schedule_lifecycle(wf: Wf) -> None:
         assert row["TIMEZONE"] == "Europe/Paris"
     with wf.app() as app:
         expected = app.preview_schedule("nightly", count=2)
-    assert wf("schedules", "preview", "nightly", "--count", "2", "--json").json() == expected
+    previewed = wf("schedules", "preview", "nightly", "--count", "2", "--json").json()
+    assert previewed == jsonable(expected)
+    assert "instant_s" not in previewed[0]  # no epoch twin beside the ISO instant
 
     # trigger: a manual run through the schedule's bindings (it stops at the interrupt).
     out = wf.ok("schedules", "trigger", "nightly")
     head, _, block = out.partition("\n\n")
     assert head == "triggered run-000001 from schedule nightly (a manual run)"
-    run = _pairs(block.partition("\n\n")[0])
-    assert (run["RUN"], run["STATUS"], run["TRIGGER"]) == ("run-000001", "interrupted", "manual")
+    run = pairs(block.partition("\n\n")[0])
+    assert (run["RUN"], run["STATUS"], run["TRIGGER"]) == (
+        "run-000001",
+        "interrupted",
+        "manual (schedule nightly)",
+    )
     assert run["AWAITING"] == "ask: name?"
     triggered = wf("schedules", "trigger", "nightly", "--json").json()
     assert (triggered["run_id"], triggered["triggered_from"]) == ("run-000002", "nightly")
@@ -300,7 +269,7 @@ def test_schedule_lifecycle(wf: Wf) -> None:
     # delete: gone from the list unless deleted ones are asked for.
     out = wf.ok("schedules", "delete", "b")
     assert out.startswith("deleted schedule b (revision 3)\n")
-    fields = _pairs(out.partition("\n\n")[2])
+    fields = pairs(out.partition("\n\n")[2])
     assert fields["STATUS"] == "deleted"
     assert fields["DELETED"].endswith("Z")
     assert wf("schedules", "delete", "b", "--json").json()["status"] == "deleted"
@@ -354,7 +323,7 @@ def test_occurrences_and_runs_of_an_admitted_run(wf: Wf) -> None:
             "DETAIL": "-",
         }
     ]
-    assert wf("schedules", "occurrences", "once", "--json").json() == expected
+    assert wf("schedules", "occurrences", "once", "--json").json() == jsonable(expected)
 
     names, rows = _columns(wf.ok("runs", "list", "--schedule", "once"))
     assert names == ["RUN", "STATUS", "DEPLOYMENT", "TRIGGER", "CREATED", "FINISHED"]
@@ -369,17 +338,26 @@ def test_occurrences_and_runs_of_an_admitted_run(wf: Wf) -> None:
     assert row["FINISHED"] == "-"
     wf.ok("schedules", "trigger", "once")
     wf.ok("schedules", "trigger", "once")
-    # Filters: a schedule's own runs only (manual ones never carry it), by status.
-    page = wf("runs", "list", "--schedule", "once", "--json").json()
-    assert [r["run_id"] for r in page["runs"]] == ["run-000001"]
-    page = wf("runs", "list", "--deployment", "ask.default", "--limit", "2", "--json").json()
+    # Filters: a schedule's runs, the ones it triggered by hand included (issue 17), by
+    # status.
+    page = wf("runs", "list", "--schedule", "once", "--oldest-first", "--json").json()
+    assert [(r["run_id"], r["trigger"]["kind"]) for r in page["runs"]] == [
+        ("run-000001", "schedule"),
+        ("run-000002", "manual"),
+        ("run-000003", "manual"),
+    ]
+    oldest = ("runs", "list", "--deployment", "ask.default", "--limit", "2", "--oldest-first")
+    page = wf(*oldest, "--json").json()
     assert [r["run_id"] for r in page["runs"]] == ["run-000001", "run-000002"]
-    out = wf.ok("runs", "list", "--deployment", "ask.default", "--limit", "2")
+    out = wf.ok(*oldest)
     assert out.rstrip().endswith(f"more: --cursor {page['next_cursor']}")
     _, rows = _columns(out.partition("\n\n")[0])
-    assert [(r["RUN"], r["TRIGGER"]) for r in rows][1] == ("run-000002", "manual")
-    _, rows = _columns(wf.ok("runs", "list", "--cursor", page["next_cursor"]))
+    assert [(r["RUN"], r["TRIGGER"]) for r in rows][1] == ("run-000002", "manual (schedule once)")
+    _, rows = _columns(wf.ok("runs", "list", "--oldest-first", "--cursor", page["next_cursor"]))
     assert [r["RUN"] for r in rows] == ["run-000003"]
+    # Newest first by default.
+    _, rows = _columns(wf.ok("runs", "list"))
+    assert [r["RUN"] for r in rows] == ["run-000003", "run-000002", "run-000001"]
     page = wf("runs", "list", "--status", "completed", "--json").json()
     assert page["runs"] == []
     wf.refused("invalid_argument", "runs", "list", "--status", "sleeping")
@@ -387,7 +365,7 @@ def test_occurrences_and_runs_of_an_admitted_run(wf: Wf) -> None:
     # inspect: the run's fields and its trace.
     out = wf.ok("runs", "inspect", "run-000001")
     block, _, trace = out.partition("\n\n")
-    fields = _pairs(block)
+    fields = pairs(block)
     assert fields["RUN"] == "run-000001"
     assert fields["STATUS"] == "interrupted"
     assert fields["DEPLOYMENT"] == "ask.default (revision 1)"
@@ -396,10 +374,11 @@ def test_occurrences_and_runs_of_an_admitted_run(wf: Wf) -> None:
     assert fields["OUTPUT"] == "-"
     assert fields["AWAITING"] == "ask: name?"
     names, rows = _columns(trace)
-    assert names == ["NODE", "KIND", "STATUS", "STARTED", "FINISHED", "ATTEMPTS"]
+    assert names == ["NODE", "KIND", "STATUS", "STARTED", "FINISHED", "ATTEMPTS", "ERROR"]
     assert [(r["NODE"], r["KIND"], r["FINISHED"]) for r in rows] == [("ask", "interrupt", "-")]
     with wf.app() as app:
-        assert wf("runs", "inspect", "run-000001", "--json").json() == app.inspect_run("run-000001")
+        expected = jsonable(app.inspect_run("run-000001"))
+    assert wf("runs", "inspect", "run-000001", "--json").json() == expected
     wf.refused("not_found", "runs", "inspect", "run-999999")
 
 
@@ -413,7 +392,7 @@ def test_occurrence_pages(wf: Wf) -> None:
     async def record() -> float:
         current = await api.load("paged", ANONYMOUS_ADMIN)
         base = current.created_at - 3600 * 3
-        bumped = msgspec.structs.replace(current, revision=2, skipped_misfire=3)
+        bumped = msgspec.structs.replace(current, fence=2, skipped_misfire=3)
         rows = [
             OccurrenceRow(
                 schedule_id="paged",
@@ -547,4 +526,40 @@ def test_usage_errors_are_argparse_s(capsys: pytest.CaptureFixture[str]) -> None
     assert "--expected-revision" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exited:
         main(["schedules"])
+    assert exited.value.code == 2
+
+
+def test_finished_one_shots_status_filter_and_misfire_allowance(wf: Wf) -> None:
+    """Issue 17: a fired one-shot is ``finished`` in get and list, ``--status`` filters,
+    a schedule's own misfire allowance shows in get."""
+    due = datetime.now(UTC) + timedelta(seconds=1.5)
+    once = {
+        "schedule_id": "once",
+        "deployment_id": "ask.default",
+        "trigger": {"kind": "oneshot", "at": due.isoformat()},
+    }
+    wf.ok("schedules", "create", "--file", wf.file(once))
+    yearly = {**once, "schedule_id": "yearly", "trigger": CRON, "misfire_lateness_s": 900}
+    fields = pairs(wf.ok("schedules", "create", "--file", wf.file(yearly)).partition("\n\n")[2])
+    assert fields["MISFIRE"] == "skip (allowance 900 s)"
+    with wf.app() as app:
+        deadline = time.monotonic() + 15
+        while app.get_schedule("once")["status"] != "finished":
+            assert time.monotonic() < deadline, "the one-shot did not finish"
+            time.sleep(0.05)
+    fields = pairs(wf.ok("schedules", "get", "once"))
+    assert (fields["STATUS"], fields["NEXT"]) == ("finished", "-")
+    assert fields["FINISHED"].endswith("Z (no further instant)")
+    assert fields["REVISION"] == "1"  # admitting and finishing are no edits
+    _, rows = _columns(wf.ok("schedules", "list"))
+    assert [(r["ID"], r["STATUS"]) for r in rows] == [("once", "finished"), ("yearly", "active")]
+    _, rows = _columns(wf.ok("schedules", "list", "--status", "finished"))
+    assert [r["ID"] for r in rows] == ["once"]
+    listed = wf("schedules", "list", "--status", "active", "--json").json()
+    assert [s["schedule_id"] for s in listed] == ["yearly"]
+    wf.ok("schedules", "pause", "yearly", "--reason", "audit")
+    _, rows = _columns(wf.ok("schedules", "list", "--status", "paused"))
+    assert [(r["ID"], r["REASON"]) for r in rows] == [("yearly", "audit")]
+    with pytest.raises(SystemExit) as exited:  # argparse's choices
+        wf("schedules", "list", "--status", "done")
     assert exited.value.code == 2

@@ -16,17 +16,16 @@ from typing import Any
 
 import pytest
 
+from _local_servers import plant_occurrences
 from _pg import drop_schema, new_schema_name, postgres_dsn
 from wf.cli.main import main
 from wf.errors import CorruptRecord
 from wf.node import SchedulerNode
 from wf.scheduler import commands as cmd
 from wf.scheduler.model import Activity, WorkerInfo
-from wf.schedules.model import schedule_from_row, schedule_row
 from wf.server.config import ServerConfig, ServerSection, StoreConfig
 from wf.server.local import LocalStaticServer
 from wf.store import codec, make_store
-from wf.store.protocol import OccurrenceRow
 from wf.testing.clock import VirtualClock
 
 
@@ -219,25 +218,7 @@ def populate_catalog(where: Where) -> None:
                 deployment_id="greet.default",
                 trigger={"kind": "cron", "expression": "0 * * * *", "timezone": "UTC"},
             )
-            store = server.server.node.store
-            row = await store.get_schedule("hourly")
-            assert row is not None
-            schedule = schedule_from_row(row)
-            schedule.revision = row.revision + 1
-            at = START.timestamp()
-            await store.record_occurrences(
-                schedule_row(schedule),
-                expected_revision=row.revision,
-                occurrences=[
-                    OccurrenceRow(
-                        schedule_id="hourly",
-                        instant=at,
-                        status="skipped-misfire",
-                        detail="planted by the test",
-                        recorded_at=at,
-                    )
-                ],
-            )
+            await plant_occurrences(server, "hourly", [START.timestamp()])
 
     asyncio.run(run())
 

@@ -26,7 +26,6 @@ from wf.client.app import (
     SCHEDULER_TWINS,
     WORKFLOW_TWINS,
     App,
-    MethodInfo,
     SyncApp,
 )
 from wf.errors import (
@@ -46,6 +45,7 @@ from wf.errors import (
 from wf.runtime.api import ArtifactPage, DeploymentPage, WorkflowAPI
 from wf.runtime.artifacts import Artifact
 from wf.runtime.deployments import Deployment
+from wf.runtime.plan import plan_from_builtins
 from wf.scheduler.backpressure import BackpressureConfig
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.model import Activity, ActivityState, HeartbeatStats, WorkerInfo
@@ -59,6 +59,7 @@ from wf.server.scheduler_api import SchedulerAPI
 from wf.store.protocol import OccurrenceRow
 from wf.wire.scheduler_methods import (
     ActivityView,
+    DispatchStats,
     PollResult,
     QueueStats,
     RegisterResult,
@@ -193,9 +194,10 @@ def test_each_twin_behaves_like_the_python_api(tmp_path: Path) -> None:
 
 async def _exercise(app: App, server: WfServer) -> None:
     api = server.scheduler
-    # discover: the registry's own listing, typed.
-    listing = await app.discover()
-    assert listing == msgspec.convert(server.registry.describe(), list[MethodInfo])
+    # discover: the server's OpenRPC document, as the registry builds it.
+    document = await app.discover()
+    assert document == server.registry.openrpc()
+    assert [m["name"] for m in document["methods"]] == sorted(server.registry.methods)
     # cluster_status: a SQLite server is its own single active node.
     status = await app.cluster_status()
     assert status.role == "active"
@@ -234,6 +236,14 @@ async def _exercise(app: App, server: WfServer) -> None:
     assert isinstance(stats, QueueStats)
     assert stats == await api.queue_stats(C)
     assert stats.depth == 3
+    # dispatch_stats / whoami (the operator console's reads): equal but for the instant.
+    dispatch = await app.dispatch_stats()
+    assert isinstance(dispatch, DispatchStats)
+    expected = await api.dispatch_stats(C)
+    assert msgspec.structs.replace(dispatch, at=0.0) == msgspec.structs.replace(expected, at=0.0)
+    assert dispatch.depth == 3
+    me = await app.whoami()
+    assert (me.identity, me.role, me.tenants) == ("anonymous", "admin", None)
 
     # get_activity / activity_history: equal reads; unknown ids refused alike.
     view = await app.get_activity("a1")
@@ -297,6 +307,16 @@ async def _exercise(app: App, server: WfServer) -> None:
         api.renew_lease(first.activity_id, first.token + 1, C),
         StaleLease,
     )
+    # renew_lease with heartbeat details / lease_details: the details kept, read alike.
+    await app.renew_lease(first.activity_id, first.token, b'{"done":1}')
+    assert await app.lease_details(first.activity_id, first.token) == b'{"done":1}'
+    assert await api.lease_details(first.activity_id, first.token, C) == b'{"done":1}'
+    assert await app.lease_details(second.activity_id, second.token) is None
+    await same_refusal(
+        app.lease_details(first.activity_id, first.token + 1),
+        api.lease_details(first.activity_id, first.token + 1, C),
+        StaleLease,
+    )
 
     # complete_activity: done once; a late completion is stale either way.
     await app.complete_activity(first.activity_id, first.token, b'"ok"')
@@ -355,6 +375,8 @@ async def _exercise_workflow(app: App, server: WfServer) -> None:
     created = await app.create_artifact_from_plan("hello", 1, plan)
     assert isinstance(created, Artifact)
     assert created == await wf.create_artifact_from_plan("hello", 1, plan, caller=C)
+    # A Plan struct is the same content: the same artifact, not a refusal or a new hash.
+    assert await app.create_artifact_from_plan("hello", 1, plan_from_builtins(plan)) == created
     assert await app.get_artifact("hello") == await wf.get_artifact("hello", caller=C) == created
     artifacts = await app.list_artifacts()
     assert isinstance(artifacts, ArtifactPage)
@@ -527,6 +549,12 @@ async def _exercise_runs(app: App, server: WfServer) -> None:
     assert page["next_cursor"] is not None
     rest = await app.list_runs(limit=1, cursor=page["next_cursor"])
     assert [r["run_id"] for r in rest["runs"]] == [second["run_id"]]
+    newest = await app.list_runs(limit=1, newest_first=True)
+    assert newest == await wf.list_runs(caller=C, limit=1, newest_first=True)
+    assert [r["run_id"] for r in newest["runs"]] == [second["run_id"]]
+    counts = await app.count_runs()
+    assert counts.by_status == (await wf.count_runs(caller=C)).by_status
+    assert sum(counts.by_status.values()) == 2
     cancelled = await app.cancel_run(second["run_id"], reason="test")
     assert cancelled["status"] == "cancelled"
     await same_refusal(
@@ -689,9 +717,9 @@ async def _exercise_schedules(app: App, server: WfServer) -> None:
         )
         for k in range(3)
     ]
-    bumped = msgspec.structs.replace(current, revision=current.revision + 1, skipped_misfire=3)
+    bumped = msgspec.structs.replace(current, fence=current.fence + 1, skipped_misfire=3)
     await api.store.record_occurrences(
-        schedule_row(bumped), expected_revision=current.revision, occurrences=history
+        schedule_row(bumped), expected_revision=current.fence, occurrences=history
     )
     first_page = await app.list_schedule_occurrences("nightly-wire", limit=2)
     assert first_page == await api.list_schedule_occurrences("nightly-wire", caller=C, limit=2)
@@ -735,7 +763,10 @@ async def _exercise_schedules(app: App, server: WfServer) -> None:
     in_process = await api.trigger_schedule("nightly-local", caller=C)
     assert in_process["run_id"] != triggered["run_id"]
     assert set(in_process) == set(triggered)
-    assert (in_process["status"], in_process["trigger"]) == ("interrupted", triggered["trigger"])
+    assert (in_process["status"], in_process["trigger"]) == (
+        "interrupted",
+        {**triggered["trigger"], "schedule_id": "nightly-local"},  # linked to its schedule
+    )
     await same_refusal(
         app.trigger_schedule("nope"), api.trigger_schedule("nope", caller=C), NotFound
     )

@@ -37,6 +37,65 @@ def _lines_into(stream: IO[str], sink: queue.Queue[str]) -> None:
             sink.put(line)
 
 
+def wait_listening(
+    proc: subprocess.Popen[str],
+    log_path: Path,
+    timeout_s: float,
+    lines: queue.Queue[str] | None = None,
+) -> int:
+    """The port from a starting ``wf-rpc-server``'s ``listening`` line on its stdout.
+
+    Fails (with the tail of the server's stderr log at ``log_path``) when the
+    process exits first or ``timeout_s`` passes. The stdout lines after
+    ``listening`` keep arriving in ``lines`` when the caller passes a queue.
+    """
+    assert proc.stdout is not None
+    if lines is None:
+        lines = queue.Queue()
+    threading.Thread(target=_lines_into, args=(proc.stdout, lines), daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or proc.poll() is not None:
+            raise AssertionError(
+                f"server did not start (exit {proc.poll()}): {log_path.read_text()[-2000:]}"
+            )
+        try:
+            line = lines.get(timeout=min(remaining, 0.5))
+        except queue.Empty:
+            continue
+        event = json.loads(line)
+        if event.get("event") == "listening":
+            return int(event["port"])
+
+
+@contextmanager
+def rpc_server(root: Path, *flags: str, start_timeout_s: float = START_TIMEOUT_S) -> Iterator[str]:
+    """A ``wf-rpc-server`` on ``root / "store"`` with ``flags``; yields its URL.
+
+    For module-scoped fixtures that share one server; the log is
+    ``root / "server.log"``. SIGTERM on exit, SIGKILL if it does not stop in time.
+    """
+    log_path = root / "server.log"
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen(
+            [BIN / "wf-rpc-server", "--store-root", root / "store", "--port", "0", *flags],
+            stdout=subprocess.PIPE,
+            stderr=log_file,
+            text=True,
+        )
+    try:
+        port = wait_listening(proc, log_path, start_timeout_s)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 @dataclass
 class ServerProcess:
     """A running ``wf-rpc-server``."""
@@ -100,9 +159,15 @@ class Processes:
     started: list[subprocess.Popen[Any]] = field(default_factory=list)
 
     def server(
-        self, store_root: Path, *, port: int = 0, config: dict[str, Any] | None = None
+        self,
+        store_root: Path,
+        *flags: str,
+        port: int = 0,
+        config: dict[str, Any] | None = None,
+        lines: queue.Queue[str] | None = None,
     ) -> ServerProcess:
-        """Start a server and wait for its ``listening`` line."""
+        """Start a server with ``flags`` and wait for its ``listening`` line (the
+        stdout lines after it arrive in ``lines``, if given)."""
         config_path = self.tmp / f"server-{len(self.started)}.json"
         config_path.write_text(json.dumps(config or {}))
         log_path = self.tmp / f"server-{len(self.started)}.log"
@@ -116,6 +181,7 @@ class Processes:
                     str(port),
                     "--config",
                     str(config_path),
+                    *flags,
                 ],
                 stdout=subprocess.PIPE,
                 stderr=log_file,
@@ -123,23 +189,8 @@ class Processes:
                 cwd=REPO,
             )
         self.started.append(proc)
-        assert proc.stdout is not None
-        lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=_lines_into, args=(proc.stdout, lines), daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or proc.poll() is not None:
-                raise AssertionError(
-                    f"server did not start (exit {proc.poll()}): {log_path.read_text()[-2000:]}"
-                )
-            try:
-                line = lines.get(timeout=min(remaining, 0.5))
-            except queue.Empty:
-                continue
-            event = json.loads(line)
-            if event.get("event") == "listening":
-                return ServerProcess(proc=proc, port=int(event["port"]), log_path=log_path)
+        port = wait_listening(proc, log_path, START_TIMEOUT_S, lines)
+        return ServerProcess(proc=proc, port=port, log_path=log_path)
 
     def worker(
         self,

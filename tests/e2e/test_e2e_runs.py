@@ -68,7 +68,7 @@ def rendezvous_node(me: str, other: str) -> dict[str, Any]:
 
 
 FAN_OUT_PLAN: dict[str, Any] = {
-    "input_schema": INPUT_SCHEMA,
+    "input_schema": {**INPUT_SCHEMA, "required": ["workdir", "tag"]},
     "nodes": [
         {
             "kind": "activity",

@@ -21,8 +21,6 @@ import json
 import math
 import queue
 import signal
-import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -32,15 +30,11 @@ from typing import Any
 
 import pytest
 from _servers import (
-    BIN,
-    REPO,
-    START_TIMEOUT_S,
     STOP_TIMEOUT_S,
     Admin,
     Processes,
     ServerProcess,
     WorkerProcess,
-    _lines_into,
     processes,
     wait_until,
 )
@@ -157,45 +151,14 @@ class ScheduleCluster:
         if config is not None:
             self.config = config
         port = 0 if self.server is None else self.server.port
-        n = len(self.ps.started)
-        config_path = self.ps.tmp / f"server-{n}.json"
-        config_path.write_text(json.dumps(self.config))
-        log_path = self.ps.tmp / f"server-{n}.log"
-        with log_path.open("w") as log_file:
-            proc = subprocess.Popen(
-                [
-                    str(BIN / "wf-rpc-server"),
-                    "--store-root",
-                    str(self.store_root),
-                    "--port",
-                    str(port),
-                    "--config",
-                    str(config_path),
-                    "--enable-scheduler",
-                ],
-                stdout=subprocess.PIPE,
-                stderr=log_file,
-                text=True,
-                cwd=REPO,
-            )
-        self.ps.started.append(proc)
-        assert proc.stdout is not None
         self.events = queue.Queue()
-        threading.Thread(target=_lines_into, args=(proc.stdout, self.events), daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or proc.poll() is not None:
-                raise AssertionError(
-                    f"server did not start (exit {proc.poll()}): {log_path.read_text()[-2000:]}"
-                )
-            try:
-                line = self.events.get(timeout=min(remaining, 0.5))
-            except queue.Empty:
-                continue
-            if json.loads(line).get("event") == "listening":
-                break
-        self.server = ServerProcess(proc=proc, port=port or _port_of(line), log_path=log_path)
+        self.server = self.ps.server(
+            self.store_root,
+            "--enable-scheduler",
+            port=port,
+            config=self.config,
+            lines=self.events,
+        )
         self._app = App.sync(self.server.url)
         self._admin = Admin(self.server.url)
 
@@ -342,10 +305,6 @@ class ScheduleCluster:
             if line.startswith(name + " "):
                 return float(line.split()[1])
         return None
-
-
-def _port_of(line: str) -> int:
-    return int(json.loads(line)["port"])
 
 
 def summary(occurrence: dict[str, Any]) -> tuple[str, str, str | None]:

@@ -41,7 +41,8 @@ def test_workload_moves_the_core_figures(tmp_path: Path) -> None:
             before = await scrape(url)
             assert by_label(before, "wf_queue_depth", "partition") == {}
             assert value(before, "wf_activities_dispatched_total") == 0
-            assert value(before, "wf_scheduling_latency_seconds_count") == 0
+            assert value(before, "wf_queue_wait_seconds_count") == 0
+            assert by_label(before, "wf_scheduling_latency_seconds_count", "activity_type") == {}
             assert value(before, "wf_worker_utilization_ratio") == 0
 
             await submit(client, *(activity(f"a{i}", tenant="a") for i in range(3)))
@@ -67,7 +68,8 @@ def test_workload_moves_the_core_figures(tmp_path: Path) -> None:
             assert value(leased, "wf_workers", status="active") == 1
             assert value(leased, "wf_workers", status="failed") == 0
             assert value(leased, "wf_backpressure_level", level="normal") == 1
-            assert value(leased, "wf_scheduling_latency_seconds_count") == 2
+            assert value(leased, "wf_queue_wait_seconds_count") == 2
+            assert value(leased, "wf_scheduling_latency_seconds_count", activity_type="noop") == 2
 
             await run_lease(client, granted[0], renew=True)
             await run_lease(client, granted[1])
@@ -86,9 +88,13 @@ def test_workload_moves_the_core_figures(tmp_path: Path) -> None:
             assert value(done, "wf_activities_completed_total") == 5
             assert value(done, "wf_lease_renewals_total") == 1
             assert value(done, "wf_leases_running") == 0
-            assert value(done, "wf_scheduling_latency_seconds_count") == len(granted)
-            assert value(done, "wf_scheduling_latency_seconds_bucket", le="+Inf") == len(granted)
-            assert value(done, "wf_scheduling_latency_seconds_sum") >= 0
+            noop = {"activity_type": "noop"}
+            assert value(done, "wf_scheduling_latency_seconds_count", **noop) == len(granted)
+            inf = value(done, "wf_scheduling_latency_seconds_bucket", le="+Inf", **noop)
+            assert inf == len(granted)
+            # Every activity waited in the queue for a poll: the latency includes it.
+            assert value(done, "wf_scheduling_latency_seconds_sum", **noop) > 0
+            assert value(done, "wf_queue_wait_seconds_count") == len(granted)
             core = server.node.core.metrics
             for attribute, name, _ in COUNTERS:
                 assert value(done, name + "_total") == getattr(core, attribute), name
@@ -219,7 +225,7 @@ def test_latency_histogram_is_cumulative() -> None:
     for seconds in (0.0001, 0.0005, 0.003, 0.003, 100.0):
         core.metrics.observe_latency(seconds)
     families = {f.name: f for f in CoreCollector(_Node(core)).collect()}  # type: ignore[arg-type]
-    histogram = families["wf_scheduling_latency_seconds"]
+    histogram = families["wf_queue_wait_seconds"]
     buckets = {s.labels["le"]: s.value for s in histogram.samples if s.name.endswith("_bucket")}
     assert len(buckets) == len(LATENCY_BUCKETS_S) + 1
     assert buckets["0.0005"] == 2  # le is inclusive
@@ -228,5 +234,5 @@ def test_latency_histogram_is_cumulative() -> None:
     assert buckets["60.0"] == 4
     assert buckets["+Inf"] == 5
     totals = {s.name: s.value for s in histogram.samples}
-    assert totals["wf_scheduling_latency_seconds_count"] == 5
-    assert abs(totals["wf_scheduling_latency_seconds_sum"] - 100.0066) < 1e-9
+    assert totals["wf_queue_wait_seconds_count"] == 5
+    assert abs(totals["wf_queue_wait_seconds_sum"] - 100.0066) < 1e-9

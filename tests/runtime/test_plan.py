@@ -36,6 +36,7 @@ HELLO: dict[str, Any] = {
     "input_schema": {
         "type": "object",
         "properties": {"name": {"type": "string"}},
+        "required": ["name"],
         "additionalProperties": False,
     },
     "nodes": [

@@ -9,19 +9,17 @@ PostgreSQL and calls the runtime's Python API; one test calls over the wire.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _local_servers import ServerFactory, server_factory
 from wf.client.app import App
 from wf.errors import AlreadyExists, InvalidArgument, NotFound
-from wf.server.config import ServerConfig, ServerSection, StoreConfig
 from wf.server.local import LocalStaticServer, build_local_static_workflow_server
 from wf.server.rpc import ANONYMOUS_ADMIN, Caller
 
-ServerFactory = Callable[[], LocalStaticServer]
 C = ANONYMOUS_ADMIN
 
 ASK_PLAN: dict[str, Any] = {
@@ -34,22 +32,7 @@ ASK_PLAN: dict[str, Any] = {
 @pytest.fixture(params=["sqlite", "postgres"])
 def make_server(request: pytest.FixtureRequest, tmp_path: Path) -> ServerFactory:
     """Builds (unstarted) local servers on this test's store (each call: the same store)."""
-    if request.param == "sqlite":
-        return lambda: build_local_static_workflow_server(tmp_path / "store", activities=[])
-    dsn: str = request.getfixturevalue("pg_dsn")
-    schema: str = request.getfixturevalue("pg_schema")
-
-    def postgres_server() -> LocalStaticServer:
-        config = ServerConfig(
-            server=ServerSection(
-                host="127.0.0.1",
-                port=0,
-                store=StoreConfig(postgres_dsn=dsn, postgres_schema=schema),
-            )
-        )
-        return LocalStaticServer(config, [], workers=0, max_concurrency=1)
-
-    return postgres_server
+    return server_factory(request, tmp_path)
 
 
 async def deploy(server: LocalStaticServer, name: str = "default") -> str:

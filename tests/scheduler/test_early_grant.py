@@ -11,6 +11,7 @@ from _core_helpers import T0, Driver, act, of_type
 from wf.errors import InvalidArgument
 from wf.scheduler import commands as cmd
 from wf.scheduler.config import SchedulerConfig, StealingConfig
+from wf.scheduler.dispatcher import START_AHEAD_MAX_S
 from wf.scheduler.model import ActivityState as S
 from wf.scheduler.model import RetryPolicy
 from wf.scheduler.outputs import LeaseGranted, Transition
@@ -38,14 +39,41 @@ def test_a_waiting_worker_gets_a_delayed_activity_early_with_its_instant() -> No
     out = d.tick(due - LEAD)
     (grant,) = granted(out.decisions).values()
     assert grant.not_before == due
-    # Never started on grant, even where the poll offered starts: the instant is later.
-    assert grant.started is False
     assert grant.may_restart is True
-    assert d.state("a") is S.LEASED
+    # The poll offered starts: the grant is committed as the start, and the worker
+    # begins the activity at not_before on its own timer (no start round trip then).
+    assert grant.started is True
+    assert d.state("a") is S.EXECUTING
     assert [(r.from_state, r.to_state, r.reason) for r in of_type(out.records, Transition)] == [
         (S.DELAYED, S.QUEUED, "timer"),
         (S.QUEUED, S.LEASED, "granted"),
+        (S.LEASED, S.EXECUTING, "started"),
     ]
+
+
+def test_an_early_grant_due_further_ahead_than_the_bound_waits_leased() -> None:
+    lead = START_AHEAD_MAX_S * 2
+    d = Driver(SchedulerConfig(early_grant_s=lead))
+    d.register("w1", max_concurrency=1)
+    due = T0 + 10
+    d.submit(act("a", not_before=due))
+    d.do(cmd.Poll, worker_id="w1", max_items=1, start=1)
+    (grant,) = granted(d.tick(due - lead).decisions).values()
+    # Too far ahead to be committed as the start: the worker reports it at the instant.
+    assert (grant.not_before, grant.started) == (due, False)
+    assert d.state("a") is S.LEASED
+    assert "w1" not in d.core.waiting  # the slot is taken all the same
+
+
+def test_an_early_grant_without_start_demand_waits_leased_for_its_instant() -> None:
+    d = Driver()
+    d.register("w1", max_concurrency=2)
+    due = T0 + 10
+    d.submit(act("a", not_before=due))
+    d.do(cmd.Poll, worker_id="w1", max_items=2, start=0)
+    (grant,) = granted(d.tick(due - LEAD).decisions).values()
+    assert (grant.not_before, grant.started) == (due, False)
+    assert d.state("a") is S.LEASED
 
 
 def test_zero_lead_queues_at_the_instant_and_grants_without_not_before() -> None:

@@ -124,6 +124,17 @@ def _drive_every_path() -> set[tuple[ActivityState, ActivityState]]:
     d.now += 30
     d.do(cmd.Tick)
     edges |= d.edges
+
+    # Queued -> Delayed (its schedule-to-start timeout, retried), Queued -> Failed
+    # (the same on its last attempt): no worker ever polls here.
+    d = Driver(SchedulerConfig(lease_ttl_s=30.0))
+    d.submit(
+        act("waits", schedule_to_start_s=5.0, retry=NO_JITTER),
+        act("gives_up", schedule_to_start_s=5.0, retry=RetryPolicy(max_attempts=1)),
+    )
+    d.now += 5
+    d.do(cmd.Tick)
+    edges |= d.edges
     return edges
 
 

@@ -85,7 +85,6 @@ def test_bucket_queries_do_not_mutate() -> None:
     bucket.try_take(0.0)
     before = bucket.snapshot()
     bucket.available(5.0)
-    bucket.can_take(5.0)
     bucket.next_available_at(5.0, 2.0)
     assert bucket.snapshot() == before
 
@@ -419,6 +418,22 @@ def test_prune_drops_only_full_buckets_and_changes_no_decision() -> None:
     for now in (1.0, 1.2, 1.5, 1.5, 2.0, 2.0, 2.0):
         for key in ("a", "b"):
             assert dispatch(limiter, now, partition=key) == dispatch(twin, now, partition=key)
+
+
+def test_prune_looks_at_a_bounded_batch_in_turn_and_keeps_the_rest() -> None:
+    limiter = RateLimiter(RateLimitConfig(default_partition_per_second=1.0))
+    for i, key in enumerate("abcde"):
+        dispatch(limiter, i * 0.25, partition=key)  # "a" used at 0.0 ... "e" at 1.0
+    # At 1.3 "a" and "b" are full again; "c" (used at 0.5) is not.
+    assert limiter.prune(1.3, batch=2) == 2
+    assert list(limiter.snapshot().partition_buckets) == ["c", "d", "e"]
+    # The next batch starts where this one stopped; a bucket not full goes to the back.
+    assert limiter.prune(1.3, batch=2) == 0
+    assert list(limiter.snapshot().partition_buckets) == ["e", "c", "d"]
+    assert limiter.prune(2.0, batch=2) == 2  # "e" (used at 1.0) and "c" are full at 2.0
+    assert list(limiter.snapshot().partition_buckets) == ["d"]
+    assert limiter.prune(2.0, batch=2) == 1
+    assert limiter.snapshot().partition_buckets == {}
 
 
 def test_release_never_goes_below_zero() -> None:

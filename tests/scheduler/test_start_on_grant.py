@@ -1,12 +1,12 @@
-"""Starts without a round trip, for activities that may run again: ``Poll.start`` and
-``unreported_start``.
+"""Starts without a round trip: ``Poll.start`` and ``unreported_start``.
 
 A worker with idle execution slots says how many of its grants it starts on
-receipt. For an idempotent activity (or one whose retry policy says
-``restart_on_abandon``) the core then records ``LEASED`` and ``EXECUTING`` in
-the same outcome, so one commit holds both and the ``StartActivity`` round
-trip disappears. Any other activity keeps the explicit start, so a grant lost
-on the way still never passes for an execution.
+receipt. The core then records ``LEASED`` and ``EXECUTING`` in the same
+outcome, for every activity, so one commit holds both and the
+``StartActivity`` round trip disappears. A started grant that never reaches
+its worker is lost while ``EXECUTING``: an activity that may run again is
+requeued, any other fails with ``may_have_executed`` and never runs twice
+(docs/architecture.md, "Start on grant").
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from wf.errors import IllegalTransition, InvalidArgument
 from wf.scheduler import commands as cmd
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.model import ActivityState, RetryPolicy
-from wf.scheduler.outputs import ActivityFailed, LeaseGranted, Transition
+from wf.scheduler.outputs import ActivityFailed, LeaseGranted, LeaseRevoked, Transition
 
 S = ActivityState
 TTL = 30.0
@@ -55,15 +55,58 @@ def test_restart_on_abandon_counts_as_safe_to_start_on_grant() -> None:
     assert grant.started
 
 
-def test_a_non_idempotent_grant_keeps_the_explicit_start() -> None:
+def test_a_non_idempotent_grant_for_an_idle_slot_is_its_start_too() -> None:
     d = Driver()
     d.register("w1")
     d.submit(act("a"))
-    (grant,) = granted(d, 1, start=1)
+    out = d.do(cmd.Poll, worker_id="w1", max_items=1, start=1)
+    (grant,) = of_type(out.decisions, LeaseGranted)
+    assert (grant.started, grant.may_restart) == (True, False)
+    steps = [(r.from_state, r.to_state, r.reason) for r in of_type(out.records, Transition)]
+    assert steps[-2:] == [(S.QUEUED, S.LEASED, "granted"), (S.LEASED, S.EXECUTING, "started")]
+    assert (d.core.activities["a"].state, d.core.activities["a"].attempt) == (S.EXECUTING, 1)
+    d.complete(grant.lease, result=b"ok")
+    assert d.core.finished["a"] is S.COMPLETED
+
+
+def test_a_non_idempotent_grant_without_start_keeps_the_explicit_start() -> None:
+    d = Driver()
+    d.register("w1")
+    d.submit(act("a"))
+    (grant,) = granted(d, 1, start=0)
     assert not grant.started
     assert d.core.activities["a"].state is S.LEASED
     d.start(grant.lease)
     assert d.core.activities["a"].state is S.EXECUTING
+
+
+def test_a_started_non_idempotent_grant_that_never_arrived_fails_closed() -> None:
+    d = Driver(SchedulerConfig(lease_ttl_s=TTL))
+    d.register("w1")
+    d.submit(act("a"))
+    (grant,) = granted(d, 1, start=1)
+    assert grant.started
+    # The window: committed as started, the answer never reached the worker. The
+    # core cannot tell that from a worker that ran it and died, so it discloses.
+    d.now = T0 + TTL + 1
+    out = d.do(cmd.Tick)
+    (failed,) = of_type(out.decisions, ActivityFailed)
+    assert (failed.activity_id, failed.may_have_executed) == ("a", True)
+    assert not of_type(out.decisions, LeaseGranted)
+    assert d.core.finished["a"] is S.FAILED
+
+
+def test_a_started_non_idempotent_grant_is_never_returned_by_a_graceful_shutdown() -> None:
+    d = Driver()
+    d.register("w1", max_concurrency=2)
+    d.submit(act("a"), act("b"))
+    grants = granted(d, 2, start=1)
+    assert [g.started for g in grants] == [True, False]
+    out = d.do(cmd.ShutdownWorker, worker_id="w1")
+    # Only the unstarted lease goes back; the started one is the worker's to run.
+    revoked = [r.activity_id for r in of_type(out.decisions, LeaseRevoked)]
+    assert revoked == [grants[1].lease.activity_id]
+    assert d.core.activities[grants[0].lease.activity_id].state is S.EXECUTING
 
 
 def test_only_start_many_grants_are_started_the_rest_wait_for_a_slot() -> None:
@@ -205,3 +248,29 @@ def test_an_activity_that_must_not_run_twice_cannot_skip_its_start() -> None:
             cmd.Complete(now=d.now, activity_id="a", token=grant.lease.token, unreported_start=True)
         )
     assert fingerprint(d.core) == before
+
+
+# --- start_on_grant="may_restart": the acknowledged start for the others -------------------
+
+
+def test_may_restart_mode_keeps_the_explicit_start_for_non_idempotent_grants() -> None:
+    d = Driver(SchedulerConfig(lease_ttl_s=TTL, start_on_grant="may_restart"))
+    d.register("w1", max_concurrency=2)
+    d.submit(act("plain"), act("safe", idempotent=True))
+    grants = {g.lease.activity_id: g for g in granted(d, 2, start=2)}
+    assert (grants["plain"].started, grants["safe"].started) == (False, True)
+    assert d.core.activities["plain"].state is S.LEASED
+    # Its answer lost, the unstarted grant is simply requeued: nothing to disclose.
+    d.now = T0 + TTL + 1
+    out = d.do(cmd.Tick)
+    assert not of_type(out.decisions, ActivityFailed)
+    assert d.state("plain") is S.QUEUED
+
+
+def test_the_core_default_is_start_on_grant_for_any_activity() -> None:
+    assert SchedulerConfig().start_on_grant is None
+    d = Driver()
+    d.register("w1")
+    d.submit(act("a"))
+    (grant,) = granted(d, 1, start=1)
+    assert grant.started

@@ -11,7 +11,7 @@ a refused call leaves behind (nothing).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from _local_servers import ServerFactory, server_factory
 from wf.errors import (
     AlreadyExists,
     Conflict,
@@ -29,8 +30,7 @@ from wf.errors import (
     NotFound,
     WfError,
 )
-from wf.server.config import ServerConfig, ServerSection, StoreConfig
-from wf.server.local import LocalSchedules, LocalStaticServer, build_local_static_workflow_server
+from wf.server.local import LocalSchedules, LocalStaticServer
 from wf.testing.clock import VirtualClock
 
 START = datetime(2026, 3, 27, 12, 0, 0, tzinfo=UTC)
@@ -52,8 +52,6 @@ GREET_PLAN: dict[str, Any] = {
 
 HOURLY: dict[str, Any] = {"kind": "cron", "expression": "0 * * * *", "timezone": "UTC"}
 
-ServerFactory = Callable[[], LocalStaticServer]
-
 
 @pytest.fixture
 def clock() -> VirtualClock:
@@ -65,26 +63,7 @@ def make_server(
     request: pytest.FixtureRequest, tmp_path: Path, clock: VirtualClock
 ) -> ServerFactory:
     """Builds (unstarted) local servers on this test's store and virtual clock."""
-    if request.param == "sqlite":
-        return lambda: build_local_static_workflow_server(
-            tmp_path / "store", activities=[], schedules=True, clock=clock
-        )
-    dsn: str = request.getfixturevalue("pg_dsn")
-    schema: str = request.getfixturevalue("pg_schema")
-
-    def postgres_server() -> LocalStaticServer:
-        config = ServerConfig(
-            server=ServerSection(
-                host="127.0.0.1",
-                port=0,
-                store=StoreConfig(postgres_dsn=dsn, postgres_schema=schema),
-            )
-        )
-        return LocalStaticServer(
-            config, [], workers=0, max_concurrency=1, schedules=True, clock=clock
-        )
-
-    return postgres_server
+    return server_factory(request, tmp_path, schedules=True, clock=clock)
 
 
 @asynccontextmanager
@@ -657,14 +636,20 @@ def test_trigger_schedule_starts_a_manual_run_without_an_occurrence(
             schedules = server.api.schedules
             await create(schedules, max_steps=3, inputs={"greeting": "manual hello"})
             view = await schedules.trigger_schedule(schedule_id="hourly")
-            assert view["trigger"] == {"kind": "manual", "schedule_id": None, "occurrence": None}
+            # Linked to its schedule, but manual: never an occurrence.
+            assert view["trigger"] == {
+                "kind": "manual",
+                "schedule_id": "hourly",
+                "occurrence": None,
+            }
             assert view["triggered_from"] == "hourly"
             assert view["status"] == "interrupted"
             assert view["inputs"] == {"greeting": "manual hello"}  # the schedule's bindings
             assert view["max_steps"] == 3  # and its budget
             page = await schedules.list_schedule_occurrences(schedule_id="hourly")
             assert page == {"occurrences": [], "next_cursor": None}
-            assert (await server.api.list_runs(schedule_id="hourly"))["runs"] == []
+            listed = (await server.api.list_runs(schedule_id="hourly"))["runs"]
+            assert [r["run_id"] for r in listed] == [view["run_id"]]
             inspected = await server.api.inspect_run(view["run_id"])
             assert inspected["trigger"]["kind"] == "manual"
             got = await schedules.get_schedule(schedule_id="hourly")

@@ -96,6 +96,12 @@ class Node:
         status: str = (await self.server.api.inspect_run(run_id))["status"]
         return status
 
+    async def restart_service(self) -> None:
+        """Stop the admission service and start a new one over the same server."""
+        await stop_service(self.service, self.clock)
+        self.service = build_scheduler_service(self.server, self.service.config, clock=self.clock)
+        await self.service.start(background=False)
+
 
 @asynccontextmanager
 async def node(
@@ -327,8 +333,9 @@ def test_lowering_max_active_runs_blocks_without_cancelling(
             await n.tick(at(1))
             await n.tick(at(2))
             clock.advance_to(at(2, 600))
+            # Two admissions left the revision at 1: only edits move it.
             await n.schedules.update_schedule(
-                schedule_id="report", expected_revision=3, max_active_runs=1
+                schedule_id="report", expected_revision=1, max_active_runs=1
             )
             await n.tick(at(3))
             assert [s for _, s in await n.statuses("report")] == [

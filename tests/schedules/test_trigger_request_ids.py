@@ -9,7 +9,7 @@ PostgreSQL, on a virtual clock; no workers (the plan waits at an interrupt).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from _local_servers import ServerFactory, server_factory
 from wf.client.app import App
 from wf.errors import AlreadyExists, Conflict
-from wf.server.config import ServerConfig, ServerSection, StoreConfig
 from wf.server.local import LocalStaticServer, build_local_static_workflow_server
 from wf.server.rpc import ANONYMOUS_ADMIN
 from wf.testing.clock import VirtualClock
@@ -30,32 +30,12 @@ PLAN: dict[str, Any] = {
     "nodes": [{"kind": "interrupt", "id": "ask", "prompt": "Go on?"}],
     "output": {"answer": {"$node": "ask"}},
 }
-ServerFactory = Callable[[], LocalStaticServer]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def make_server(request: pytest.FixtureRequest, tmp_path: Path) -> ServerFactory:
     clock = VirtualClock(START.timestamp())
-    if request.param == "sqlite":
-        return lambda: build_local_static_workflow_server(
-            tmp_path / "store", activities=[], schedules=True, clock=clock
-        )
-    dsn: str = request.getfixturevalue("pg_dsn")
-    schema: str = request.getfixturevalue("pg_schema")
-
-    def postgres_server() -> LocalStaticServer:
-        config = ServerConfig(
-            server=ServerSection(
-                host="127.0.0.1",
-                port=0,
-                store=StoreConfig(postgres_dsn=dsn, postgres_schema=schema),
-            )
-        )
-        return LocalStaticServer(
-            config, [], workers=0, max_concurrency=1, schedules=True, clock=clock
-        )
-
-    return postgres_server
+    return server_factory(request, tmp_path, schedules=True, clock=clock)
 
 
 @asynccontextmanager

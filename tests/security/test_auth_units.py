@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 import ssl
 import subprocess
@@ -34,22 +35,36 @@ def test_hash_token_is_prefixed_sha256_hex() -> None:
     assert hash_token("tök") == "sha256:" + hashlib.sha256("tök".encode()).hexdigest()
 
 
-def test_hash_token_cli_prints_the_hash(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["hash-token", "s3cret"]) == 0
+def test_hash_token_cli_prints_the_hash_of_the_token_on_standard_input(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("s3cret\n"))
+    assert main(["hash-token"]) == 0
     assert capsys.readouterr().out == hash_token("s3cret") + "\n"
 
 
-@pytest.mark.parametrize("argv", [["hash-token"], ["hash-token", "a", "b"], ["hash-tokens", "a"]])
-def test_hash_token_cli_refuses_bad_usage(
+@pytest.mark.parametrize("argv", [["hash-token", "a"], ["hash-token", "a", "b"]])
+def test_hash_token_cli_refuses_a_token_on_the_command_line(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(argv) == 2
-    assert "usage: wf-rpc-server hash-token TOKEN" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "usage: wf-rpc-server hash-token < FILE" in err
+    assert "standard input" in err
+
+
+def test_hash_token_cli_refuses_an_empty_standard_input(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert main(["hash-token"]) == 2
+    assert "no token on standard input" in capsys.readouterr().err
 
 
 def test_hash_token_cli_output_configures_a_working_credential(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "wf.server.main", "hash-token", "worker-secret"],
+        [sys.executable, "-m", "wf.server.main", "hash-token"],
+        input="worker-secret\n",
         capture_output=True,
         text=True,
         check=True,

@@ -306,13 +306,15 @@ def test_the_published_schemas_carry_the_bounds(tmp_path: Path) -> None:
     config = StoreConfig(root=str(tmp_path / "store"), durability="process")
 
     async def test(server: WfServer, wire: Wire) -> None:
-        listing = {m["name"]: m["params"] for m in await wire.ok("rpc.discover", {})}
-        cancel = listing["scheduler.activities.cancel"]
-        props = cancel["$defs"]["CancelParams"]["properties"]
+        document = await wire.ok("rpc.discover", {})  # an OpenRPC document
+        listing = {
+            m["name"]: {p["name"]: p["schema"] for p in m["params"]} for m in document["methods"]
+        }
+        props = listing["scheduler.activities.cancel"]
         assert props["activity_id"]["maxLength"] == 256
         assert props["reason"]["maxLength"] == 16_384
         assert "pattern" in props["reason"]
-        complete = listing["scheduler.leases.complete"]["$defs"]["CompleteParams"]["properties"]
+        complete = listing["scheduler.leases.complete"]
         assert complete["token"]["maximum"] == 2**63 - 1
 
     run_on(config, test)

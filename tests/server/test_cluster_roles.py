@@ -130,7 +130,7 @@ def test_the_first_node_is_active_and_a_second_is_a_standby_naming_it(
             assert refused["error"]["data"]["details"]["epoch"] == a.cluster.epoch
             # cluster.status and rpc.discover answer on every node.
             status_b = (await rpc(b, "cluster.status"))["result"]
-            assert (await rpc(b, "rpc.discover"))["result"][0]["name"]
+            assert (await rpc(b, "rpc.discover"))["result"]["methods"][0]["name"]
             assert status_b["role"] == "standby"
             assert {n["node_id"]: n["role"] for n in status_b["nodes"]} == {
                 "a": "active",

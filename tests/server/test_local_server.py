@@ -44,7 +44,14 @@ def test_local_workers_run_activities_over_loopback_json_rpc(tmp_path: Path) -> 
             workers = (await api.list_workers(ANONYMOUS_ADMIN)).workers
             assert [w.info.worker_id for w in workers] == ["local-1"]
             assert workers[0].info.activity_types == frozenset({"greet"})
-            assert local.workers[0].counters.completed == 1
+            # The worker counts a completion once it reads the server's answer, which
+            # may come after the server already shows the activity COMPLETED: wait for it.
+            counters = local.workers[0].counters
+            async with asyncio.timeout(20):
+                while counters.completed == 0:  # noqa: ASYNC110 - a plain counter sets no event
+                    await asyncio.sleep(0.02)
+            assert counters.completed == 1
+            assert counters.acknowledged == [("g-1", leased[0].token)]
         assert (tmp_path / "store" / "scheduler.db").exists()
 
     asyncio.run(main())

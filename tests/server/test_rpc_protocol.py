@@ -337,10 +337,21 @@ def test_application_errors_carry_their_stable_code(tmp_path: Path) -> None:
 
 
 def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its ``$ref`` followed into ``root`` (the OpenRPC document)."""
     while "$ref" in schema:
-        name = schema["$ref"].removeprefix("#/$defs/")
-        schema = root["$defs"][name]
+        name = schema["$ref"].removeprefix("#/components/schemas/")
+        schema = root["components"]["schemas"][name]
     return schema
+
+
+def _params_object(method: dict[str, Any]) -> dict[str, Any]:
+    """An OpenRPC method's by-name params as one object schema (what ``params`` must be)."""
+    return {
+        "type": "object",
+        "properties": {p["name"]: p["schema"] for p in method["params"]},
+        "required": [p["name"] for p in method["params"] if p.get("required")],
+        "additionalProperties": False,
+    }
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -379,15 +390,17 @@ def _conforms(value: Any, schema: dict[str, Any], root: dict[str, Any]) -> bool:
 
 def test_discover_lists_every_method_with_its_schema(tmp_path: Path) -> None:
     async def test(wire: Wire) -> None:
-        listing = (await wire.call("rpc.discover", {}))["result"]
+        # An OpenRPC document (tests/server/test_openrpc_discover.py checks its shape).
+        document = (await wire.call("rpc.discover", {}))["result"]
+        listing = document["methods"]
         names = [m["name"] for m in listing]
         assert names == sorted(wire.server.registry.methods)
         assert "rpc.discover" in names
         for entry in listing:
-            assert set(entry) == {"name", "summary", "access", "params"}
+            assert {"name", "summary", "x-access", "params", "result"} <= set(entry)
             assert entry["summary"]
-            assert _resolve(entry["params"], entry["params"])["type"] == "object"
-        schemas = {m["name"]: m["params"] for m in listing}
+            assert entry["paramStructure"] == "by-name"
+        schemas = {m["name"]: _params_object(m) for m in listing}
         # A real call's params conform to the advertised schema, and the call succeeds.
         good = {
             "activities": [
@@ -396,17 +409,17 @@ def test_discover_lists_every_method_with_its_schema(tmp_path: Path) -> None:
             ]
         }
         submit = schemas["scheduler.activities.submit"]
-        assert _conforms(good, submit, submit)
+        assert _conforms(good, submit, document)
         assert (await wire.call("scheduler.activities.submit", good))["result"] == {
             "activity_ids": ["a1"]
         }
         cancel = schemas["scheduler.activities.cancel"]
         real = {"activity_id": "a1", "reason": "operator"}
-        assert _conforms(real, cancel, cancel)
+        assert _conforms(real, cancel, document)
         assert (await wire.call("scheduler.activities.cancel", real))["result"] == {"ok": True}
         # ... and params the server refuses do not.
         for bad in ({}, {"activity_id": 1}, {"activity_id": "a1", "bogus": True}):
-            assert not _conforms(bad, cancel, cancel)
+            assert not _conforms(bad, cancel, document)
             _error(await wire.call("scheduler.activities.cancel", bad), INVALID_PARAMS, 1)
 
     on_server(tmp_path, test)

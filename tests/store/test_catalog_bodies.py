@@ -126,7 +126,7 @@ def occurrence(instant: float, status: str = "admitted") -> OccurrenceRow:
 
 def transition_tuple(activity_id: str = "a1", to_state: str = "queued") -> tuple[Any, ...]:
     return (activity_id, T0, "ready", to_state, "submitted", 0, 0, 0, 0, 0, None, 0.0, None,
-            None, None)  # fmt: skip
+            None, None, None)  # fmt: skip
 
 
 # -------------------------------------------------------------- artifacts
@@ -603,6 +603,19 @@ def test_history_reads_decode_transitions_and_their_positions() -> None:
     assert position == 41
 
 
+def test_heartbeat_details_read_bytes_none_or_refuses_a_mistyped_value() -> None:
+    def read(*found: tuple[Any, ...]) -> Any:
+        query = ("select_heartbeat_details", {"activity_id": "a1"}, rows(*found))
+        return Script(query).run(catalog.heartbeat_details("a1"))
+
+    assert read((b'{"done":3}',)) == b'{"done":3}'
+    assert read((memoryview(b"[1]"),)) == b"[1]"  # psycopg's bytea
+    assert read((None,)) is None
+    assert read() is None  # no such activity
+    with pytest.raises(CorruptRecord):
+        read(("text",))
+
+
 # ----------------------------------------------------- every read, one query
 
 READS: list[tuple[str, Callable[[], Body[Any]]]] = [
@@ -629,6 +642,7 @@ READS: list[tuple[str, Callable[[], Body[Any]]]] = [
     ("list_occurrences", lambda: catalog.list_occurrences("s1", after_instant=None, limit=5)),
     ("history", lambda: catalog.history("a1")),
     ("history_page", lambda: catalog.history_page("a1", after=0, limit=5)),
+    ("heartbeat_details", lambda: catalog.heartbeat_details("a1")),
 ]
 
 

@@ -178,7 +178,12 @@ async def rich_history(rec: Recorder) -> None:
     await rec.do(cmd.RenewLease, activity_id="a1", token=leases["a1"].token)
     await rec.do(cmd.Complete, activity_id="a1", token=leases["a1"].token, result=b"ok")
     await rec.do(
-        cmd.Fail, activity_id="a3", token=leases["a3"].token, error_type="Boom", message="x"
+        cmd.Fail,
+        activity_id="a3",
+        token=leases["a3"].token,
+        error_type="Boom",
+        message="x",
+        stack_trace='Traceback (most recent call last):\n  File "a3.py", line 1\nBoom: x \u2713',
     )
     await rec.do(cmd.Cancel, activity_id="c1")
     w2 = await rec.lease("w2", 1)

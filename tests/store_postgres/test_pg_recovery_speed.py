@@ -1,6 +1,7 @@
-"""PostgreSQL recovery's load path: the chunked fast path (narrow rows, one msgspec
-decode per chunk, the next chunk requested early) gives exactly what decoding every
-row on its own gives, for every kind of row it sends to the slow path.
+"""PostgreSQL recovery's load path: the chunked fast path (each row re-encoded by the
+server as one whole msgpack map, one msgspec decode per chunk, the next chunk
+requested early) gives exactly what decoding every row on its own gives, for every
+kind of row, on the fast path or off it.
 
 Behaviour only: the speed itself is measured by ``bench/store.py``, never asserted.
 Each test works in a fresh schema (``pg_schema``) and drops it afterwards.
@@ -16,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from wf.scheduler.model import Activity, ActivityState
+from wf.scheduler.model import Activity, ActivityState, Priority, RetryPolicy
 from wf.scheduler.outputs import ActivitySubmitted, Record, Transition
 from wf.store import codec, rows
 from wf.store import postgres_load as pg_load
@@ -196,10 +197,10 @@ def test_a_load_interrupted_mid_scan_leaves_the_store_usable(
     cancelled, or an error raised between two chunks): the load fails with that,
     and the next load on the same (only) pooled session reads everything."""
     monkeypatch.setattr(pg_load, "LOAD_FETCH_ROWS", 3)
-    real_decode = pg_load._decode_specs
+    real_decode = pg_load._decode_chunk
     calls = 0
 
-    def decode_then_interrupt(specs: list[bytes]) -> list[Activity | None]:
+    def decode_then_interrupt(blob: bytes, n: int) -> list[Activity] | None:
         nonlocal calls
         calls += 1
         if calls == 2:
@@ -208,17 +209,17 @@ def test_a_load_interrupted_mid_scan_leaves_the_store_usable(
             task = asyncio.current_task()
             assert task is not None
             task.cancel()
-        return real_decode(specs)
+        return real_decode(blob, n)
 
     async def main() -> None:
         store = PostgresStore(pg_dsn, schema=pg_schema, pool_max=1)
         await store.open()
         try:
             await store.append([r for i in range(N) for r in _submitted(i)])
-            monkeypatch.setattr(pg_load, "_decode_specs", decode_then_interrupt)
+            monkeypatch.setattr(pg_load, "_decode_chunk", decode_then_interrupt)
             with pytest.raises(asyncio.CancelledError if how == "cancelled" else _Injected):
                 await store.load()
-            monkeypatch.setattr(pg_load, "_decode_specs", real_decode)
+            monkeypatch.setattr(pg_load, "_decode_chunk", real_decode)
             state = await asyncio.wait_for(store.load(), timeout=30)
             assert [a.activity_id for a in state.activities] == [f"r{i:03}" for i in range(N)]
             assert state.diagnostics == []
@@ -226,3 +227,152 @@ def test_a_load_interrupted_mid_scan_leaves_the_store_usable(
             await store.close()
 
     asyncio.run(main())
+
+
+def _shaped(i: int, aid: str, **fields: Any) -> list[Record]:
+    """An activity with its own id and fields, submitted and queued."""
+    records = _submitted(i)
+    first = records[0]
+    assert isinstance(first, ActivitySubmitted)
+    activity = msgspec.structs.replace(first.activity, activity_id=aid, **fields)
+    queued = msgspec.structs.replace(records[1], activity_id=aid)
+    return [ActivitySubmitted(at=first.at, activity=activity), queued]
+
+
+_MANY_FIELDS: dict[str, Any] = {
+    "workflow_id": "wf-1",
+    "priority": Priority.HIGH,
+    "deadline": T0 + 500,
+    "capabilities": frozenset({"gpu"}),
+    "locality": "rack-1",
+    "region": "eu",
+    "idempotent": True,
+    "correlation_id": "c-1",
+    "ordering_key": "k-1",
+    "policy": "fifo",
+    "new_workflow": True,
+    "retry": RetryPolicy(max_attempts=7),
+    "payload": b"\x00\xc1\xde\xad",
+    "renewable": False,
+}
+"""Enough non-default fields that the spec's map header is a map16, not a fixmap."""
+
+
+def _shapes() -> list[Record]:
+    """Every spec shape the chunk path must take or hand over exactly."""
+    out = [r for i in range(N) for r in _submitted(i)]
+    out += _shaped(N, "s-map16", **_MANY_FIELDS)
+    out += _shaped(N + 1, "s-big", payload=bytes(range(256)) * (pg_load.SPEC_BYTES_MAX // 128))
+    out += _shaped(N + 2, "s-sep\x1fid")
+    out += _shaped(N + 3, "s-unicode-é✓")
+    return out
+
+
+@pytest.mark.parametrize("fetch_rows", [1, 3, 10_000])
+def test_every_spec_shape_loads_exactly_as_row_by_row(
+    pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch, fetch_rows: int
+) -> None:
+    """A map16 spec, a spec past SPEC_BYTES_MAX (left out of the blob, read on its
+    own), an id holding the ids' separator (its chunk read row by row), a non-ASCII
+    id and lease-driven columns of every kind all load as decoding each row alone."""
+    monkeypatch.setattr(pg_load, "LOAD_FETCH_ROWS", fetch_rows)
+
+    async def main() -> None:
+        store = PostgresStore(pg_dsn, schema=pg_schema)
+        await store.open()
+        try:
+            await store.append(_shapes())
+            table = sql.SQL("{}.activities").format(sql.Identifier(pg_schema))
+            async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+                await conn.execute(
+                    sql.SQL(
+                        "UPDATE {} SET state = 'leased', attempt = 3, failures = 2, "
+                        "infra_requeues = 1, steals = 4, token = 9, worker_id = 'wé', "
+                        "lease_expires_at = %s, last_error = 'boom ✓' "
+                        "WHERE activity_id IN ('s-map16', 'r004')"
+                    ).format(table),
+                    [T0 + 0.1],
+                )
+                await conn.execute(
+                    sql.SQL(
+                        "UPDATE {} SET state = 'delayed', not_before = %s "
+                        "WHERE activity_id = 's-unicode-é✓'"
+                    ).format(table),
+                    [T0 + 1e-7],
+                )
+            expected, expected_diagnostics = await _row_by_row(pg_dsn, pg_schema)
+            state = await store.load()
+        finally:
+            await store.close()
+        assert [repr(a) for a in state.activities] == [repr(a) for a in expected]
+        assert [type(a) for a in state.activities] == [Activity] * len(expected)
+        assert expected_diagnostics == []
+        # The planted token (9) is above the counter the appends left.
+        assert [(d.kind, d.key) for d in state.diagnostics] == [("counter_behind", "token")]
+        assert len(state.activities) == N + 4
+
+    asyncio.run(main())
+
+
+def test_a_store_of_ordinary_rows_is_read_on_the_fast_path_alone(
+    pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never-leased, leased, delayed and map16 rows: every chunk decodes as one blob
+    (neither the row-by-row reread nor the left-out merge runs)."""
+    monkeypatch.setattr(pg_load, "LOAD_FETCH_ROWS", 16)
+
+    async def off_the_fast_path(*args: Any) -> None:
+        raise AssertionError("left the fast path")
+
+    async def main() -> None:
+        store = PostgresStore(pg_dsn, schema=pg_schema)
+        await store.open()
+        try:
+            await store.append(
+                [r for i in range(N) for r in _submitted(i)] + _shaped(N, "s-map16", **_MANY_FIELDS)
+            )
+            await _plant_rows(pg_dsn, pg_schema, _PLANTED[:7])  # none of them malformed
+            expected, _ = await _row_by_row(pg_dsn, pg_schema)
+            monkeypatch.setattr(pg_load, "_rows_on_their_own", off_the_fast_path)
+            monkeypatch.setattr(pg_load, "_merge_left_out", off_the_fast_path)
+            state = await store.load()
+        finally:
+            await store.close()
+        assert [repr(a) for a in state.activities] == [repr(a) for a in expected]
+        assert [d.kind for d in state.diagnostics] == ["counter_behind"]  # planted tokens
+
+    asyncio.run(main())
+
+
+async def _plant_rows(dsn: str, schema: str, planted: list[tuple[str, tuple[Any, ...]]]) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for statement, params in planted:
+            await conn.execute(statement.format(s=sql.Identifier(schema).as_string(conn)), params)
+
+
+def test_the_load_mirror_is_activity_but_for_the_lease_driven_keys() -> None:
+    """The chunk decoder's struct has Activity's fields, types, defaults and order;
+    only the lease-driven fields are renamed, and a decoded value becomes a plain
+    Activity, equal to the same activity built directly."""
+    mirror = pg_load._LOADED
+    assert mirror is not None
+    assert mirror.__struct_fields__ == Activity.__struct_fields__
+    assert mirror.__struct_defaults__ == Activity.__struct_defaults__
+    renamed = {
+        f: e
+        for f, e in zip(mirror.__struct_fields__, mirror.__struct_encode_fields__, strict=True)
+        if f != e
+    }
+    assert renamed == {n: f"~{i}" for i, n in enumerate(pg_load._LEASE_DRIVEN)}
+    blob = codec.encode({"activity_id": "a", "activity_type": "t", "~0": 2, "~5": "w"})
+    decoded = pg_load._decode_chunk(blob, 1)
+    assert decoded is not None
+    assert type(decoded[0]) is Activity
+    assert decoded[0] == Activity(activity_id="a", activity_type="t", attempt=2, worker_id="w")
+    # A spec naming a lease-driven field itself does not decode on the fast path.
+    assert (
+        pg_load._decode_chunk(
+            codec.encode({"activity_id": "a", "activity_type": "t", "attempt": 2}), 1
+        )
+        is None
+    )

@@ -14,9 +14,10 @@ report (by PostgreSQL's clock) and its lag in commits. ``--json`` prints the
 ``--server`` may be repeated or comma-separated (default
 ``http://127.0.0.1:8765``); the token comes from ``--token`` or
 ``$WF_TOKEN``; ``--failover-timeout`` bounds how long the call keeps
-retrying when no node answers (default 15 s; 0: each URL once, for
-monitoring scripts). Exit 0; a refusal or an unreachable cluster prints
-``wf: error: <code>: <message>`` and exits 1, as ``wf schedules`` does.
+retrying when no node answers (default 15 s, 2.5 s while every attempt is
+refused outright; 0: each URL once, for monitoring scripts). Exit 0; a
+refusal or an unreachable cluster prints ``wf: error: <code>: <message>``
+and exits 1, as ``wf schedules`` does.
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-import msgspec
-
+from wf.cli.output import fail, jsonable
 from wf.client.app import App
-from wf.client.rpc_client import FAILOVER_TIMEOUT_S
+from wf.client.rpc_client import FAILOVER_TIMEOUT_S, REFUSED_TIMEOUT_S
 from wf.errors import WfError
 from wf.wire.cluster_methods import ClusterStatus
 
@@ -63,9 +63,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.add_argument(
         "--failover-timeout",
         type=float,
-        default=FAILOVER_TIMEOUT_S,
+        default=None,
         metavar="S",
-        help=f"seconds to keep retrying while no node answers (default {FAILOVER_TIMEOUT_S:g})",
+        help=f"seconds to keep retrying while no node answers (default {FAILOVER_TIMEOUT_S:g}, "
+        f"{REFUSED_TIMEOUT_S:g} while every attempt is refused outright)",
     )
     sub.set_defaults(handler=status)
 
@@ -77,15 +78,21 @@ def status(args: argparse.Namespace) -> int:
         with App.sync(
             args.servers or [DEFAULT_SERVER],
             token=token,
-            failover_timeout_s=args.failover_timeout,
+            failover_timeout_s=(
+                FAILOVER_TIMEOUT_S if args.failover_timeout is None else args.failover_timeout
+            ),
         ) as app:
+            if args.failover_timeout is None:  # nothing listening: say so in seconds
+                app.app.rpc.refused_timeout_s = REFUSED_TIMEOUT_S
             answer = app.run(lambda a: a.cluster_status())
     except WfError as exc:
+        if args.json:  # a refusal as JSON too, as every client command's (wf.cli.output)
+            return fail(exc.message, REFUSED_EXIT, as_json=True, error_code=exc.code)
         message = " ".join(f"{exc.code}: {exc.message}".split())
         print(f"wf: error: {message}", file=sys.stderr)
         return REFUSED_EXIT
     if args.json:
-        print(json.dumps(msgspec.to_builtins(answer), indent=2, sort_keys=True))
+        print(json.dumps(jsonable(answer), indent=2, sort_keys=True))
     else:
         print(status_text(answer))
     return 0

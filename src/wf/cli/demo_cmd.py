@@ -96,7 +96,11 @@ PLANS: Final[dict[str, dict[str, Any]]] = {
         "output": _RESULT,
     },
     "resize": {
-        "input_schema": {"type": "object", "properties": {"image": {"type": "string"}}},
+        "input_schema": {
+            "type": "object",
+            "properties": {"image": {"type": "string"}},
+            "required": ["image"],
+        },
         "nodes": [
             {
                 "kind": "activity",

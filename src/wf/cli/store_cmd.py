@@ -1,4 +1,4 @@
-"""``wf store migrate`` and ``wf store check``: schema and integrity of a store.
+"""``wf store migrate``, ``check`` and ``prune``: schema, integrity and retention of a store.
 
 ``wf store check`` opens an existing store without changing it (nothing is
 created, nothing migrated), runs the database's own integrity check, the
@@ -6,11 +6,20 @@ contradiction queries, and decodes every record of every kind with the
 decoders the server uses (see :mod:`wf.store.check`): the store's, and the
 runtime's and the schedules layer's for catalog bodies (:class:`ServerDecoders`).
 
-Exit codes (both commands): :data:`EXIT_CLEAN` 0 (``check``: nothing found),
+``wf store prune --older-than DURATION`` removes what finished before that age
+(:mod:`wf.store.retention`: finished runs with their activities and transitions,
+finished standalone activities, old occurrences; never what a live run or a
+schedule still needs). It takes the store's ownership for the time it runs, so a
+store a running server holds is refused (:data:`EXIT_BUSY`): that server prunes by
+itself when ``server.store.retention`` is set. ``--dry-run`` only counts, takes no
+ownership and changes nothing.
+
+Exit codes (every command): :data:`EXIT_CLEAN` 0 (``check``: nothing found),
 :data:`EXIT_FOUND` 1 (``check``: contradictions or damage, one per line),
 :data:`EXIT_USAGE` 2 (bad arguments), :data:`EXIT_UNREADABLE` 3 (the store
 cannot be opened or read: missing, not a wf store, a damaged file, a
-schema ``check`` would have to migrate, the database unreachable). Every
+schema ``check`` would have to migrate, the database unreachable), :data:`EXIT_BUSY`
+4 (``prune``: a running server owns the store). Every
 failure is one line on standard error, never a traceback.
 """
 
@@ -19,22 +28,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Final
 
-from wf.errors import CorruptRecord, InvalidArgument, WfError
+from wf.errors import CorruptRecord, InvalidArgument, OwnershipConflict, WfError
 from wf.runtime.artifacts import artifact_from_row
 from wf.runtime.deployments import deployment_from_row
 from wf.runtime.runs import node_of_activity, run_from_row
 from wf.schedules.model import schedule_from_row
-from wf.store import make_store
+from wf.store import make_store, retention
 from wf.store.protocol import ArtifactRow, DeploymentRow, Diagnostic, RunRow, ScheduleRow, Store
-from wf.wire.bounds import check_json_bytes
+from wf.wire.bounds import DURATION_MAX_S, check_json_bytes
 
 EXIT_CLEAN: Final = 0
 EXIT_FOUND: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_UNREADABLE: Final = 3
+EXIT_BUSY: Final = 4
+
+_DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.ASCII)
+_UNIT_S: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3_600.0, "d": 86_400.0, "w": 604_800.0}
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,11 +68,70 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     ):
         sub = actions.add_parser(name, help=helptext)
-        sub.add_argument("--store-root", help="embedded store folder (SQLite)")
-        sub.add_argument("--postgres", metavar="DSN", help="PostgreSQL DSN instead of SQLite")
-        sub.add_argument("--schema", default="wf", help="PostgreSQL schema (default: wf)")
-        sub.add_argument("--json", action="store_true", help="machine-readable output")
+        _store_arguments(sub)
         sub.set_defaults(handler=handler)
+    prune = actions.add_parser(
+        "prune",
+        help="remove finished runs, activities and occurrences older than an age "
+        "(never what a live run or a schedule needs); exit 4 if a running server owns "
+        "the store",
+    )
+    prune.add_argument(
+        "--older-than",
+        required=True,
+        metavar="DURATION",
+        help="age of what goes: a number with s, m, h, d or w (30d, 12h; no unit: seconds)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="count only; change nothing")
+    prune.add_argument(
+        "--batch",
+        type=int,
+        default=retention.BATCH_DEFAULT,
+        help=f"rows of a kind per transaction (default {retention.BATCH_DEFAULT})",
+    )
+    _store_arguments(prune)
+    prune.set_defaults(handler=_prune)
+    backup = actions.add_parser(
+        "backup",
+        help="online copy of a SQLite store's database (safe beside a running server); "
+        "PostgreSQL: use pg_dump",
+    )
+    backup.add_argument("--store-root", required=True, help="embedded store folder (SQLite)")
+    backup.add_argument(
+        "--to",
+        required=True,
+        metavar="FILE",
+        help="the copy to write (must not exist); restore it as scheduler.db of a store folder",
+    )
+    backup.add_argument("--json", action="store_true", help="machine-readable output")
+    backup.set_defaults(handler=_backup)
+
+
+def _store_arguments(parser: argparse.ArgumentParser) -> None:
+    """The store's address (:func:`_store` reads it) and ``--json``."""
+    parser.add_argument("--store-root", help="embedded store folder (SQLite)")
+    parser.add_argument("--postgres", metavar="DSN", help="PostgreSQL DSN instead of SQLite")
+    parser.add_argument("--schema", default="wf", help="PostgreSQL schema (default: wf)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or a bare number of seconds
+    (InvalidArgument otherwise, or if it is not positive)."""
+    found = _DURATION.match(text)
+    if found is None:
+        raise InvalidArgument(
+            f"--older-than {text!r} is not a duration (a number with s, m, h, d or w: 30d)",
+            field="older_than",
+        )
+    seconds = float(found.group(1)) * _UNIT_S[found.group(2)]
+    if seconds <= 0:
+        raise InvalidArgument("--older-than must be more than 0", field="older_than")
+    if seconds > DURATION_MAX_S:  # 2**64 days parsed, then removed nothing, silently
+        raise InvalidArgument(
+            f"--older-than must be at most {DURATION_MAX_S:.0f} s (a century)", field="older_than"
+        )
+    return seconds
 
 
 class ServerDecoders:
@@ -219,6 +295,80 @@ async def _diagnose(store: Store) -> list[Diagnostic]:
         return found
     finally:
         await store.close()
+
+
+def _prune(args: argparse.Namespace) -> int:
+    # Imported here: the other store commands need none of it.
+    from wf.clock import SystemClock
+    from wf.node import default_owner
+    from wf.server.retention import RuntimeLinks
+    from wf.store.catalog import DrivenCatalog
+
+    try:
+        older_than = parse_duration(args.older_than)
+        if not 1 <= args.batch <= retention.BATCH_MAX:
+            raise InvalidArgument(f"--batch must be within 1..{retention.BATCH_MAX}")
+        store = _store(args, create=False)
+    except InvalidArgument as exc:
+        print(f"wf: error: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    cutoff = time.time() - older_than
+
+    async def run() -> retention.PruneCounts:
+        await _opened(store)
+        try:
+            if not isinstance(store, DrivenCatalog):  # every real backend is one
+                raise _Unreadable("this store cannot be pruned")
+            if not args.dry_run:
+                # Writes outside a server's ownership would fence that server (PostgreSQL)
+                # or race its in-memory state: hold the store, or refuse.
+                await store.acquire_ownership(default_owner(SystemClock()))
+            return await store.prune(
+                RuntimeLinks(), cutoff=cutoff, batch=args.batch, dry_run=args.dry_run
+            )
+        finally:
+            await store.close()
+
+    try:
+        counts = asyncio.run(run())
+    except OwnershipConflict as exc:
+        print(
+            f"wf: error: {_fail(exc)}; a running server prunes its own store when "
+            "server.store.retention.older_than_s is set, or stop it and prune again",
+            file=sys.stderr,
+        )
+        return EXIT_BUSY
+    except Exception as exc:  # the command line's boundary: one line, exit 3
+        print(f"wf: error: {_fail(exc)}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if args.json:
+        older = datetime.fromtimestamp(cutoff, UTC).isoformat()
+        print(json.dumps({"dry_run": args.dry_run, "cutoff": older, **counts.as_dict()}))
+    else:
+        verb = "would remove" if args.dry_run else "removed"
+        print(
+            f"{verb} {counts.runs} runs, {counts.activities} activities, "
+            f"{counts.transitions} transitions, {counts.occurrences} occurrences"
+        )
+    return EXIT_CLEAN
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from wf.store.sqlite_files import backup
+
+    try:
+        size = backup(Path(args.store_root), Path(args.to))
+    except InvalidArgument as exc:
+        print(f"wf: error: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # the command line's boundary: one line, exit 3
+        print(f"wf: error: {_fail(exc)}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if args.json:
+        print(json.dumps({"backup": str(args.to), "bytes": size}))
+    else:
+        print(f"backed up to {args.to} ({size} bytes)")
+    return EXIT_CLEAN
 
 
 def _as_dict(d: Diagnostic) -> dict[str, object]:

@@ -10,7 +10,9 @@ of those. The current directory is importable, as with ``python -m``.
 active node of a cluster (see :mod:`wf.worker.runtime`). The
 token may come from ``WF_WORKER_TOKEN`` instead of the command line (which
 other users of the host can read). SIGTERM or SIGINT drains gracefully; a
-second one stops at once. Logs are JSON lines on stderr.
+second one stops at once. A drain by the server (``scheduler.workers.shutdown``,
+the console's "drain") ends the process the same way, with exit code 0. Logs
+are JSON lines on stderr.
 """
 
 from __future__ import annotations
@@ -23,20 +25,31 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from wf.errors import InvalidArgument, WfError
-from wf.tuning import run as run_loop
-from wf.tuning import tune_gc
-from wf.worker import ActivityDefinition, Worker
+
+if TYPE_CHECKING:
+    from wf.worker import Worker
 
 DEFAULT_SERVER: Final = "http://127.0.0.1:8765"
 TOKEN_ENV: Final = "WF_WORKER_TOKEN"
+# Worker's own defaults, shown by --help without importing the worker SDK for every
+# ``wf`` command (tests/cli/test_cli_complete.py holds them to Worker's signature).
+MAX_CONCURRENCY_DEFAULT: Final = 4
+PREFETCH_DEFAULT: Final = 0
+HEARTBEAT_INTERVAL_DEFAULT_S: Final = 5.0
+POLL_WAIT_DEFAULT_S: Final = 10.0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``wf worker``."""
-    parser = subparsers.add_parser("worker", help="run a worker process")
+    parser = subparsers.add_parser(
+        "worker",
+        help="run a worker process",
+        description="Run a worker process serving the activities of --app. Flags left out "
+        "keep the Worker's own settings (an --app Worker's, else the defaults shown).",
+    )
     parser.add_argument("--app", required=True, help="module:object (Worker or activities)")
     parser.add_argument(
         "--server",
@@ -50,14 +63,44 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--cert", help="client certificate for mutual TLS (PEM)")
     parser.add_argument("--key", help="its private key (PEM)")
     parser.add_argument("--worker-id", help="default: <hostname>-<pid>")
-    parser.add_argument("--max-concurrency", type=int, help="activities run at once")
-    parser.add_argument("--prefetch", type=int, help="extra leases held unstarted")
-    parser.add_argument("--heartbeat-interval", type=float, metavar="S", help="seconds")
-    parser.add_argument("--poll-wait", type=float, metavar="S", help="long-poll seconds")
-    parser.add_argument("--drain-timeout", type=float, metavar="S", help="graceful stop bound")
-    parser.add_argument("--log-format", choices=("json", "text"), default="json")
     parser.add_argument(
-        "--log-level", choices=("debug", "info", "warning", "error"), default="info"
+        "--max-concurrency",
+        type=int,
+        metavar="N",
+        help=f"activities run at once (default {MAX_CONCURRENCY_DEFAULT})",
+    )
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        metavar="N",
+        help=f"extra leases held unstarted (default {PREFETCH_DEFAULT})",
+    )
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        metavar="S",
+        help=f"seconds between heartbeats (default {HEARTBEAT_INTERVAL_DEFAULT_S:g})",
+    )
+    parser.add_argument(
+        "--poll-wait",
+        type=float,
+        metavar="S",
+        help=f"long-poll seconds (default {POLL_WAIT_DEFAULT_S:g})",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        metavar="S",
+        help="graceful stop bound in seconds (default: wait for running activities)",
+    )
+    parser.add_argument(
+        "--log-format", choices=("json", "text"), default="json", help="(default json)"
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="(default info)",
     )
     parser.set_defaults(handler=run)
 
@@ -85,6 +128,8 @@ def load_app(spec: str) -> Any:
 
 def build_worker(args: argparse.Namespace) -> Worker:
     """The worker the arguments describe."""
+    from wf.worker import ActivityDefinition, Worker
+
     app = load_app(args.app)
     if callable(app) and not isinstance(app, Worker | ActivityDefinition):
         app = app()
@@ -147,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
     """``wf worker``."""
     from wf.server.config import ObservabilityConfig
     from wf.server.logs import configure_logging
+    from wf.tuning import run as run_loop
+    from wf.tuning import tune_gc
 
     configure_logging(ObservabilityConfig(log_format=args.log_format, log_level=args.log_level))
     try:

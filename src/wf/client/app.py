@@ -58,15 +58,17 @@ from typing import Any, ClassVar, Final, Self, TypeAlias, TypeVar
 import msgspec
 
 from wf.client.rpc_client import FAILOVER_TIMEOUT_S, LONG_POLL_MARGIN_S, RpcClient
+from wf.errors import InvalidArgument
 from wf.scheduler.model import Activity, HeartbeatStats, WorkerInfo
 from wf.scheduler.outputs import LeaseRevoked
 from wf.tuning import loop_factory
 from wf.wire import cluster_methods, schedule_methods, scheduler_methods, workflow_methods
 from wf.wire.cluster_methods import ClusterStatus
-from wf.wire.methods import DISCOVER, MethodSpec
+from wf.wire.methods import DISCOVER, WHOAMI, Identity, MethodSpec
 from wf.wire.methods import MethodInfo as MethodInfo
 from wf.wire.scheduler_methods import (
     ActivityView,
+    DispatchStats,
     HeldLease,
     PollResult,
     QueueStats,
@@ -76,6 +78,7 @@ from wf.wire.scheduler_methods import (
 )
 from wf.wire.triggers import CronTrigger, OneShotTrigger
 from wf.wire.workflow import Artifact, ArtifactPage, Deployment, DeploymentPage, Plan
+from wf.wire.workflow_methods import RunCounts
 
 R = TypeVar("R")
 
@@ -99,8 +102,43 @@ WORKFLOW_TWINS: Final[Mapping[str, Twin]] = _twins(workflow_methods.METHODS)
 SCHEDULE_TWINS: Final[Mapping[str, Twin]] = _twins(schedule_methods.METHODS)
 """``workflow.schedules.*``: Python name (as on ``ScheduleAPI``) → declaration."""
 
-RPC_TWINS: Final[Mapping[str, Twin]] = _twins([DISCOVER, *cluster_methods.METHODS])
+RPC_TWINS: Final[Mapping[str, Twin]] = _twins([DISCOVER, WHOAMI, *cluster_methods.METHODS])
 """``rpc.*`` and ``cluster.*``: the server's own methods."""
+
+
+STOPPED_RUN_STATUSES: Final = frozenset(
+    {"completed", "failed", "exhausted", "cancelled", "interrupted"}
+)
+"""Statuses :meth:`App.wait_for_run` returns at: final, or waiting for an answer."""
+WAIT_POLL_MIN_S: Final = 0.05
+WAIT_POLL_MAX_S: Final = 1.0
+
+
+async def wait_for_run(
+    inspect: Callable[[str], Awaitable[dict[str, Any]]],
+    run_id: str,
+    # A parameter rather than asyncio.timeout: the last view is fetched, and the
+    # error names the status the run is still in, which a cancelled poll cannot.
+    timeout: float | None,  # noqa: ASYNC109
+) -> dict[str, Any]:
+    """Poll ``inspect(run_id)`` until the run's status is in :data:`STOPPED_RUN_STATUSES`
+    (the one loop behind :meth:`App.wait_for_run` and the local server's twin)."""
+    if timeout is not None and not timeout >= 0:  # NaN too: it compared as "no deadline"
+        raise InvalidArgument("timeout must be >= 0", field="timeout")
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    pause = WAIT_POLL_MIN_S
+    while True:
+        view = await inspect(run_id)
+        if view.get("status") in STOPPED_RUN_STATUSES or "corrupt" in view:
+            return view
+        if deadline is not None:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"run {run_id} is still {view.get('status')} after {timeout} s")
+            pause = min(pause, left)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, WAIT_POLL_MAX_S)
 
 
 def new_request_id() -> str:
@@ -207,8 +245,17 @@ class App:
         """Queue depth, capacity and backpressure."""
         return await self._call("queue_stats")
 
-    async def discover(self) -> list[MethodInfo]:
-        """Every method of the server with its parameter JSON Schema."""
+    async def dispatch_stats(self) -> DispatchStats:
+        """Queue depth by partition and lane, dispatch counters, latency, workers."""
+        return await self._call("dispatch_stats")
+
+    async def whoami(self) -> Identity:
+        """The calling credential's name, role and tenants."""
+        return await self._call("whoami")
+
+    async def discover(self) -> dict[str, Any]:
+        """The server's OpenRPC document: every method with its parameters, result and
+        errors, each described by a JSON Schema (``document["methods"]``)."""
         return await self._call("discover")
 
     async def cluster_status(self) -> ClusterStatus:
@@ -220,7 +267,13 @@ class App:
     async def create_artifact_from_plan(
         self, artifact_id: str, version: int, plan: dict[str, Any] | Plan
     ) -> Artifact:
-        """Create an immutable artifact version (idempotent by content)."""
+        """Create an immutable artifact version (idempotent by content).
+
+        ``plan`` is its JSON document or a :class:`~wf.wire.workflow.Plan` (sent as the
+        same JSON, so both create the same content hash)."""
+        if isinstance(plan, Plan):
+            # to_builtins keeps tuples, which the wire's JSON-value bounds refuse.
+            plan = msgspec.json.decode(msgspec.json.encode(plan))
         return await self._call(
             "create_artifact_from_plan", artifact_id=artifact_id, version=version, plan=plan
         )
@@ -282,8 +335,11 @@ class App:
         status: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        newest_first: bool = False,
+        created_after: float | None = None,
+        created_before: float | None = None,
     ) -> dict[str, Any]:
-        """A page of runs, oldest first, with ``next_cursor``."""
+        """A page of runs, oldest first (or newest first), with ``next_cursor``."""
         return await self._call(
             "list_runs",
             deployment_id=deployment_id,
@@ -291,7 +347,14 @@ class App:
             status=status,
             limit=limit,
             cursor=cursor,
+            newest_first=newest_first,
+            created_after=created_after,
+            created_before=created_before,
         )
+
+    async def count_runs(self, window_s: float = 3600.0) -> RunCounts:
+        """Runs created in the last ``window_s`` seconds, by status."""
+        return await self._call("count_runs", window_s=window_s)
 
     async def resume_run(
         self, run_id: str, answer: Any, node_id: str | None = None
@@ -302,6 +365,16 @@ class App:
     async def cancel_run(self, run_id: str, reason: str = "") -> dict[str, Any]:
         """Cancel a run that has not stopped."""
         return await self._call("cancel_run", run_id=run_id, reason=reason)
+
+    async def wait_for_run(self, run_id: str, timeout: float | None = None) -> dict[str, Any]:  # noqa: ASYNC109
+        """Wait until a run stops; returns its view (as :meth:`inspect_run`).
+
+        A run stops when it is final (``completed``, ``failed``, ``exhausted``,
+        ``cancelled``) or ``interrupted`` (only an answer can move it on). Polls with
+        a growing interval (50 ms to 1 s); ``timeout`` (seconds, ``None``: no limit)
+        passing first raises :class:`TimeoutError`.
+        """
+        return await wait_for_run(self.inspect_run, run_id, timeout)
 
     # --------------------------------------------------------- schedule calls
 
@@ -317,6 +390,7 @@ class App:
         misfire: str = "skip",
         max_steps: int | None = None,
         note: str | None = None,
+        misfire_lateness_s: float | None = None,
     ) -> dict[str, Any]:
         """Create a schedule (caller-chosen id, never reused); returns its definition."""
         return await self._call(
@@ -330,6 +404,7 @@ class App:
             misfire=misfire,
             max_steps=max_steps,
             note=note,
+            misfire_lateness_s=misfire_lateness_s,
         )
 
     async def get_schedule(self, schedule_id: str) -> dict[str, Any]:
@@ -337,12 +412,21 @@ class App:
         return await self._call("get_schedule", schedule_id=schedule_id)
 
     async def list_schedules(
-        self, *, include_deleted: bool = False, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        include_deleted: bool = False,
+        limit: int = 50,
+        cursor: str | None = None,
+        status: str | None = None,
     ) -> dict[str, Any]:
         """A page of the visible schedules by id: ``{"schedules": [...], "next_cursor"}``
-        (deleted ones only when asked)."""
+        (deleted ones only when asked; ``status``: only those in that state)."""
         return await self._call(
-            "list_schedules", include_deleted=include_deleted, limit=limit, cursor=cursor
+            "list_schedules",
+            include_deleted=include_deleted,
+            limit=limit,
+            cursor=cursor,
+            status=status,
         )
 
     async def update_schedule(
@@ -358,6 +442,7 @@ class App:
         misfire: str | None = None,
         max_steps: int | None = None,
         note: str | None = None,
+        misfire_lateness_s: float | None = None,
     ) -> dict[str, Any]:
         """Change the given fields (``None``: unchanged) at ``expected_revision``."""
         return await self._call(
@@ -372,6 +457,7 @@ class App:
             misfire=misfire,
             max_steps=max_steps,
             note=note,
+            misfire_lateness_s=misfire_lateness_s,
         )
 
     async def pause_schedule(
@@ -449,9 +535,18 @@ class App:
         """The lease holder began executing."""
         await self._call("start_activity", activity_id=activity_id, token=token)
 
-    async def renew_lease(self, activity_id: str, token: int) -> float:
-        """Extend a lease; returns its new expiry."""
-        return await self._call("renew_lease", activity_id=activity_id, token=token)
+    async def renew_lease(
+        self, activity_id: str, token: int, details: bytes | None = None
+    ) -> float:
+        """Extend a lease; returns its new expiry. ``details``: the attempt's latest
+        heartbeat details (one JSON document, at most 64 KiB), kept with the activity."""
+        return await self._call(
+            "renew_lease", activity_id=activity_id, token=token, details=details
+        )
+
+    async def lease_details(self, activity_id: str, token: int) -> bytes | None:
+        """The last heartbeat details an earlier attempt sent (fenced by ``token``)."""
+        return await self._call("lease_details", activity_id=activity_id, token=token)
 
     async def complete_activity(
         self, activity_id: str, token: int, result: bytes = b"", unreported_start: bool = False
@@ -474,9 +569,11 @@ class App:
         message: str = "",
         retryable: bool = True,
         unreported_start: bool = False,
+        stack_trace: str = "",
     ) -> None:
         """Record a failed attempt (fenced by ``token``); ``unreported_start``: the start
-        too (only for a grant with ``may_restart``)."""
+        too (only for a grant with ``may_restart``); ``stack_trace`` is kept with the
+        attempt (at most 16,384 characters, no NUL)."""
         await self._call(
             "fail_activity",
             activity_id=activity_id,
@@ -485,6 +582,7 @@ class App:
             message=message,
             retryable=retryable,
             unreported_start=unreported_start,
+            stack_trace=stack_trace,
         )
 
 
@@ -525,6 +623,10 @@ class SyncApp:
             return await call(self.app)
 
         return self._loop.run_until_complete(main())
+
+    def wait_for_run(self, run_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """:meth:`App.wait_for_run`, blocking."""
+        return self.run(lambda a: a.wait_for_run(run_id, timeout))
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name not in App.TWINS:

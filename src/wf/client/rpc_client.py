@@ -36,8 +36,11 @@ after that the call retries with a jittered backoff from
 ``failover_timeout_s`` (:data:`FAILOVER_TIMEOUT_S`) has passed since its
 first failure, and then raises the last typed error: ``NotLeader``, or
 :class:`~wf.errors.RpcUnavailable` for transport failures (both
-retryable). A TLS refusal is configuration, not a passing failure: a URL
-that refused TLS is not tried again within the call. :attr:`RpcClient.failovers`
+retryable). A client given ``refused_timeout_s`` (the command line's
+one-call commands) gives up sooner on a call whose every attempt was refused
+outright (``connection refused``): nothing listens there, so there is no
+takeover to ride out. A TLS refusal is configuration, not a passing failure:
+a URL that refused TLS is not tried again within the call. :attr:`RpcClient.failovers`
 counts the moves, so a worker knows when it must register again.
 
 No call hangs across a failover: connecting gives up after
@@ -79,10 +82,11 @@ the server applied it, so a retry may deliver a call twice. Per family:
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import os
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -90,6 +94,7 @@ import msgspec
 from wf.client.http1 import (
     CONNECT_TIMEOUT_S,
     Http1Pool,
+    HttpConnectError,
     HttpError,
     HttpTlsError,
     Origin,
@@ -120,6 +125,10 @@ LONG_POLL_METHODS: Final = frozenset({"scheduler.workers.poll"})
 FAILOVER_TIMEOUT_S: Final = 15.0
 """Default failover budget: how long a call keeps retrying after its first failure
 (covers a takeover, at most 5 s after a freeze, with room for a slow restart)."""
+REFUSED_TIMEOUT_S: Final = 2.5
+"""The command line's budget for a call every attempt of which was refused
+outright (``connection refused``: nothing listens there, so no takeover is under
+way to wait for): see :attr:`RpcClient.refused_timeout_s`."""
 RETRY_DELAY_INITIAL_S: Final = 0.05
 """First delay before trying an already tried server again."""
 RETRY_DELAY_MAX_S: Final = 1.0
@@ -176,13 +185,42 @@ def _wait_of(params: Any) -> float | None:
     return None
 
 
-class _Unanswered(Exception):
-    """One attempt got no usable answer from a server (a transport failure)."""
+def _reason(exc: BaseException) -> str:
+    """A transport failure in words (``connection refused``), not a Python repr."""
+    root: BaseException = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    if isinstance(root, TimeoutError):
+        return "timed out"
+    if isinstance(root, OSError) and (root.errno or root.strerror):
+        # The errno's own words: asyncio's loop puts "Connect call failed (...)" in
+        # strerror where uvloop puts "Connection refused".
+        words = os.strerror(root.errno) if root.errno else str(root.strerror)
+        return words[0].lower() + words[1:]
+    return str(root) or type(root).__name__
 
-    def __init__(self, cause: BaseException | str, *, tls: bool = False) -> None:
+
+def _refused(exc: BaseException) -> bool:
+    """The connection was refused outright (nothing listens at that address)."""
+    root: BaseException = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    return isinstance(root, ConnectionRefusedError) or (
+        isinstance(root, OSError) and root.errno == errno.ECONNREFUSED
+    )
+
+
+class _Unanswered(Exception):
+    """One attempt got no usable answer from a server (a transport failure);
+    ``refused``: the connection was refused outright."""
+
+    def __init__(
+        self, cause: BaseException | str, *, tls: bool = False, refused: bool = False
+    ) -> None:
         super().__init__(cause)
         self.cause = cause
         self.tls = tls
+        self.refused = refused
 
 
 class _Attempts:
@@ -192,8 +230,25 @@ class _Attempts:
         self.client = client
         self.tried: set[int] = set()
         self.refused_tls: set[int] = set()
-        self.deadline: float | None = None
+        self.first_failure: float | None = None
+        self.refused_only = True
+        """Every attempt so far was refused outright (no answer, no timeout)."""
         self.retries = 0
+
+    @property
+    def budget_s(self) -> float:
+        """The call's failover budget: the short one while it was only ever refused."""
+        client = self.client
+        if self.refused_only and client.refused_timeout_s is not None:
+            return min(client.failover_timeout_s, client.refused_timeout_s)
+        return client.failover_timeout_s
+
+    @property
+    def deadline(self) -> float | None:
+        """When the budget is spent (``None`` before the first failure)."""
+        if self.first_failure is None:
+            return None
+        return self.first_failure + self.budget_s
 
     def next_target(self, preferred: int) -> int | None:
         """Where to go next, starting from ``preferred``; ``None``: give up.
@@ -204,14 +259,16 @@ class _Attempts:
         n = len(self.client.urls)
         loop = asyncio.get_running_loop()
         now = loop.time()
-        if self.deadline is None:
-            self.deadline = now + self.client.failover_timeout_s
+        if self.first_failure is None:
+            self.first_failure = now
+        deadline = self.deadline
+        assert deadline is not None
         order = [(preferred + step) % n for step in range(n)]
         order.sort(key=lambda target: self.client._suspect_until[target] > now)
         for target in order:
             if target not in self.tried:
                 return target
-        within_budget = now < self.deadline
+        within_budget = now < deadline
         for target in order:
             if within_budget and target not in self.refused_tls:
                 return target
@@ -222,11 +279,12 @@ class _Attempts:
         the budget would be spent by the wait."""
         if target not in self.tried:
             return True
-        assert self.deadline is not None
+        deadline = self.deadline
+        assert deadline is not None
         delay = self.client._retry_delay_s(self.retries)
         self.retries += 1
         loop = asyncio.get_running_loop()
-        if loop.time() + delay > self.deadline:
+        if loop.time() + delay > deadline:
             return False
         await asyncio.sleep(delay)
         return True
@@ -236,7 +294,11 @@ class RpcClient:
     """See the module docstring.
 
     ``failover_timeout_s`` is the failover budget of each call (0: each
-    configured URL is tried once, nothing is retried); ``request_timeout_s``
+    configured URL is tried once, nothing is retried); ``refused_timeout_s``, if
+    given, a shorter budget for a call whose every attempt was refused outright
+    (``connection refused``: nothing listens, no takeover to ride out; the command
+    line's one-call commands use :data:`REFUSED_TIMEOUT_S`, workers and ``App``
+    keep the full budget); ``request_timeout_s``
     the default bound of one attempt; ``jitter_seed`` decorrelates the retries
     of many clients (default: the process id and this object).
     """
@@ -251,6 +313,7 @@ class RpcClient:
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         jitter_seed: str | None = None,
+        refused_timeout_s: float | None = None,
     ) -> None:
         self.urls = split_urls(urls)
         if not self.urls:
@@ -265,7 +328,13 @@ class RpcClient:
             )
         if not 0 < request_timeout_s <= 3600 or not 0 < connect_timeout_s <= 3600:
             raise InvalidArgument("timeouts must be in (0, 3600]", field="request_timeout_s")
+        if refused_timeout_s is not None and not 0 <= refused_timeout_s <= 3600:
+            raise InvalidArgument(
+                "refused_timeout_s must be in [0, 3600]", field="refused_timeout_s"
+            )
         self.failover_timeout_s = failover_timeout_s
+        self.refused_timeout_s = refused_timeout_s
+        """The budget of a call only ever refused outright (``None``: the full one)."""
         self.request_timeout_s = request_timeout_s
         self._connect_timeout_s = connect_timeout_s
         self._current = 0
@@ -284,6 +353,9 @@ class RpcClient:
         self._encoder = msgspec.json.Encoder()
         self._jitter_seed = jitter_seed or f"{os.getpid()}:{id(self)}"
         self._draws = 0
+        self.on_unanswered: Callable[[str], None] | None = None
+        """Told, in words, each time an attempt of a call got no answer (the call then
+        moves on or gives up): lets an interactive caller say what it is waiting for."""
         self.failovers = 0
         """How many times a call moved on from a server (followed ``not_leader`` or
         gave up on it after a transport failure). A worker registers again when it
@@ -355,7 +427,12 @@ class RpcClient:
             try:
                 answers = await self._attempt(target, [requests[i] for i in pending], timeout)
             except _Unanswered as exc:
+                if self.on_unanswered is not None:
+                    self.on_unanswered(
+                        exc.cause if isinstance(exc.cause, str) else _reason(exc.cause)
+                    )
                 attempts.tried.add(target)
+                attempts.refused_only = attempts.refused_only and exc.refused
                 self._suspect_until[target] = asyncio.get_running_loop().time() + SUSPECT_S
                 if exc.tls:
                     attempts.refused_tls.add(target)
@@ -370,6 +447,7 @@ class RpcClient:
                     return results, self.urls[answered_by]
                 continue
             attempts.tried.add(target)
+            attempts.refused_only = False  # a server answered: a takeover may be under way
             self._suspect_until[target] = 0.0
             self._current = answered_by = target
             # ``ownership_lost``: that node was just deposed and stored nothing; the
@@ -430,8 +508,10 @@ class RpcClient:
         if isinstance(failure, NotLeader | OwnershipLost):
             raise failure
         cause = failure.cause
+        shown = cause if isinstance(cause, str) else _reason(cause)
         raise RpcUnavailable(
-            f"no server reachable within the failover budget ({cause!r})", urls=self.urls
+            f"{shown} (no server answered within the {attempts.budget_s:g} s failover budget)",
+            urls=self.urls,
         )
 
     def _retry_delay_s(self, retry: int) -> float:
@@ -477,6 +557,13 @@ class RpcClient:
             raise _Unanswered(exc, tls=True) from exc
         except TimeoutError as exc:  # before OSError, of which it is a subclass
             raise _Unanswered(f"no answer from {self.urls[target]} within {timeout_s} s") from exc
+        except HttpConnectError as exc:
+            # Say what most likely went wrong, not a repr: nothing listens there.
+            raise _Unanswered(
+                f"cannot connect to {self.urls[target]} ({_reason(exc)}):"
+                " is wf-rpc-server running?",
+                refused=_refused(exc),
+            ) from exc
         except (HttpError, OSError) as exc:
             raise _Unanswered(exc) from exc
         if response.status == 204:

@@ -9,14 +9,24 @@ if TYPE_CHECKING:
     from wf.runtime.api import WorkflowAPI
     from wf.runtime.artifacts import Artifact
     from wf.runtime.deployments import Deployment, DeploymentSpec
-    from wf.runtime.plan import ActivityNode, InterruptNode, Plan, TimerNode, validate_plan
+    from wf.runtime.plan import (
+        ActivityNode,
+        ConditionNode,
+        InterruptNode,
+        MapNode,
+        Plan,
+        TimerNode,
+        validate_plan,
+    )
 
 __all__ = [
     "ActivityNode",
     "Artifact",
+    "ConditionNode",
     "Deployment",
     "DeploymentSpec",
     "InterruptNode",
+    "MapNode",
     "Plan",
     "TimerNode",
     "WorkflowAPI",
@@ -26,9 +36,11 @@ __all__ = [
 _HOMES: Final = {
     "ActivityNode": "wf.runtime.plan",
     "Artifact": "wf.runtime.artifacts",
+    "ConditionNode": "wf.runtime.plan",
     "Deployment": "wf.runtime.deployments",
     "DeploymentSpec": "wf.runtime.deployments",
     "InterruptNode": "wf.runtime.plan",
+    "MapNode": "wf.runtime.plan",
     "Plan": "wf.runtime.plan",
     "TimerNode": "wf.runtime.plan",
     "WorkflowAPI": "wf.runtime.api",

@@ -51,10 +51,20 @@ from wf.errors import (
 from wf.runtime import deployments as dep
 from wf.runtime.artifacts import Artifact, artifact_from_row, artifact_row, check_version
 from wf.runtime.engine import RunEngine
-from wf.runtime.plan import ActivityNode, Plan, check_id, plan_from_builtins
+from wf.runtime.plan import (
+    ActivityNode,
+    ActivityParams,
+    MapNode,
+    Plan,
+    check_activity_args,
+    check_id,
+    input_defaults_of,
+    plan_from_builtins,
+)
 from wf.runtime.runs import Run, RunStatus, Trigger, request_digest, run_from_row
 from wf.runtime.schema import instance_problems
 from wf.runtime.trace import decode_cursor, encode_cursor, run_summary, run_view
+from wf.scheduler.model import ActivityState
 from wf.store.catalog import revision_conflict
 from wf.store.protocol import Catalog, RunRow
 from wf.tenancy import require_namespace
@@ -63,6 +73,7 @@ from wf.wire.bounds import PAGE_LIMIT_MAX, check_name, check_text
 from wf.wire.paging import PAGE_BYTES_MAX, PAGE_LIMIT_DEFAULT, check_limit, views_in_slices
 from wf.wire.workflow import ArtifactPage as ArtifactPage
 from wf.wire.workflow import DeploymentPage as DeploymentPage
+from wf.wire.workflow_methods import RUN_COUNT_SCAN_MAX, RUN_COUNT_WINDOW_MAX_S, RunCounts
 
 ARTIFACT_CACHE_MAX: Final = 1_024
 """Verified artifact versions kept in memory (they never change once stored)."""
@@ -73,6 +84,8 @@ REASON_MAX: Final = 1_000
 DEPLOYMENT_SCAN_ROWS_MAX: Final = 500
 """Most stored deployments one ``list_deployments`` call reads for a tenant-scoped
 caller (the tenant is in the body, so the store cannot filter by it)."""
+RUN_SEQ_UNBOUNDED: Final = 2**63 - 1
+"""Above every run number: where a newest-first listing starts."""
 _ARTIFACTS: Final = "artifacts"
 _DEPLOYMENTS: Final = "deployments"
 """Cursor kinds of the listings."""
@@ -112,6 +125,9 @@ class WorkflowAPI:
         for a scheduled run's resume); ``None``: none."""
         self.policies = None if policies is None else frozenset(policies)
         """Known scheduling policy groups (``None``: any name is accepted)."""
+        self.activity_params: dict[str, ActivityParams] = {}
+        """Declared parameters of the activity types this server knows (its in-process
+        workers'): a new plan's nodes of those types must fit them."""
         self.deployment_writes = 0
         """Deployment saves committed through this API (a run prepared ahead of time is
         stale once it moves: the schedule service's armed admissions)."""
@@ -131,6 +147,7 @@ class WorkflowAPI:
         check_id(artifact_id, "artifact id", field="artifact_id")
         check_version(version)
         checked = plan_from_builtins(plan)
+        check_activity_args(checked, self.activity_params)
         row = artifact_row(artifact_id, version, checked, self.clock.now())
         return artifact_from_row(await self.store.put_artifact(row))
 
@@ -347,7 +364,8 @@ class WorkflowAPI:
     ) -> tuple[Run, Plan]:
         """An unsaved admitted run of ``deployment_id`` with its pinned plan.
 
-        Inputs are the deployment's defaults overlaid with ``inputs``, validated
+        Inputs are the plan's input defaults (the input schema's ``default``s), then
+        the deployment's defaults, overlaid with ``inputs`` (recorded so), validated
         in full against the plan's input schema (InvalidArgument, nothing
         stored). ``max_steps`` overrides the deployment's budget (schedules
         carry their own).
@@ -359,7 +377,9 @@ class WorkflowAPI:
         artifact = await self.get_artifact(
             deployment.artifact_id, deployment.artifact_version, caller=caller
         )
-        merged = {**deployment.default_inputs, **(inputs or {})}
+        # The plan's own defaults (input schema ``default``s) under the deployment's.
+        defaults = input_defaults_of(artifact.plan.input_schema)
+        merged = {**defaults, **deployment.default_inputs, **(inputs or {})}
         problems = instance_problems(artifact.plan.input_schema, merged)
         if problems:
             raise InvalidArgument(
@@ -486,10 +506,16 @@ class WorkflowAPI:
         status: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        newest_first: bool = False,
+        created_after: float | None = None,
+        created_before: float | None = None,
     ) -> dict[str, Any]:
-        """One page of runs, oldest first: ``{"runs": [...], "next_cursor": ...}``.
+        """One page of runs, oldest first (newest first with ``newest_first``):
+        ``{"runs": [...], "next_cursor": ...}``.
 
         ``limit`` is 1–100; ``next_cursor`` is ``None`` on the last page.
+        ``created_after`` (inclusive) and ``created_before`` (exclusive) bound the
+        creation instant (epoch seconds).
         """
         if not 1 <= limit <= 100:
             raise InvalidArgument("limit must be 1-100", field="limit", limit=limit)
@@ -502,6 +528,9 @@ class WorkflowAPI:
                 )
             statuses = [status]
         after = 0 if cursor is None else decode_cursor(cursor)
+        before = None
+        if newest_first:  # the cursor names the last run listed: continue below it
+            before, after = (RUN_SEQ_UNBOUNDED if cursor is None else after), 0
         rows = await self.store.list_runs(
             after_seq=after,
             limit=limit + 1,
@@ -509,10 +538,37 @@ class WorkflowAPI:
             schedule_id=schedule_id,
             statuses=statuses,
             tenants=None if caller.tenants is None else sorted(caller.tenants),
+            before_seq=before,
+            created_after=created_after,
+            created_before=created_before,
         )
         page = await views_in_slices(rows[:limit], _run_listed)
         more = len(rows) > limit
         return {"runs": page, "next_cursor": encode_cursor(rows[limit - 1].seq) if more else None}
+
+    async def count_runs(self, window_s: float = 3600.0, *, caller: Scope) -> RunCounts:
+        """Runs created in the last ``window_s`` seconds, by current status (the
+        caller's tenants only). One bounded read of the newest
+        :data:`~wf.wire.workflow_methods.RUN_COUNT_SCAN_MAX` runs: ``complete`` is
+        false when the window holds more."""
+        if not 0 < window_s <= RUN_COUNT_WINDOW_MAX_S:
+            raise InvalidArgument(
+                f"window_s must be in (0, {RUN_COUNT_WINDOW_MAX_S}]", field="window_s"
+            )
+        now = self.clock.now()
+        since = now - window_s
+        recent = await self.store.recent_run_statuses(
+            limit=RUN_COUNT_SCAN_MAX + 1,
+            tenants=None if caller.tenants is None else sorted(caller.tenants),
+        )
+        by_status: dict[str, int] = {}
+        counted = 0
+        for status, created_at in recent[:RUN_COUNT_SCAN_MAX]:
+            if created_at >= since:
+                by_status[status] = by_status.get(status, 0) + 1
+                counted += 1
+        complete = not (counted == RUN_COUNT_SCAN_MAX and len(recent) > RUN_COUNT_SCAN_MAX)
+        return RunCounts(since=since, until=now, by_status=by_status, complete=complete)
 
     async def resume_run(
         self, run_id: str, answer: Any, node_id: str | None = None, *, caller: Scope
@@ -558,11 +614,28 @@ class WorkflowAPI:
         # ``run`` is the engine's live object: read it only between changes.
         async with self.engine.reading(run.run_id):
             histories = {}
+            details: dict[str, bytes] = {}
+            shown: list[str] = []
             for node in plan.nodes:
                 state = run.nodes.get(node.id)
-                if isinstance(node, ActivityNode) and state is not None and state.activity_id:
-                    histories[state.activity_id] = await self.store.history(state.activity_id)
-            return run_view(run, plan, histories)
+                if not isinstance(node, ActivityNode | MapNode) or state is None:
+                    continue
+                # A map node's items are activities of their own.
+                shown += [
+                    s.activity_id
+                    for s in [state, *(state.items or ())]
+                    if s.activity_id is not None
+                ]
+            # Read before the store reads below, so every mark comes from one moment.
+            waiting = frozenset(self.engine.node.reads.unserved_waiting(shown))
+            for aid in shown:
+                histories[aid] = history = await self.store.history(aid)
+                # Only a started attempt can have heartbeated: no read otherwise.
+                if any(t.to_state is ActivityState.EXECUTING for t in history):
+                    found = await self.store.heartbeat_details(aid)
+                    if found:
+                        details[aid] = found
+            return run_view(run, plan, histories, details, waiting)
 
 
 def _run_listed(row: RunRow) -> dict[str, Any]:

@@ -13,10 +13,9 @@ and re-exported here.
 
 from __future__ import annotations
 
-import msgspec
-
 from wf.errors import CorruptRecord, InvalidArgument
 from wf.runtime.plan import Plan, canonical_plan, check_id, content_hash, decode_canonical
+from wf.runtime.stored import decode_body
 from wf.store.protocol import ArtifactRow
 from wf.wire.workflow import VERSION_MAX as VERSION_MAX
 from wf.wire.workflow import Artifact as Artifact
@@ -49,12 +48,7 @@ def artifact_from_row(row: ArtifactRow) -> Artifact:
     """The artifact a store row holds; a plan whose bytes do not match the stored hash,
     or do not decode, is :class:`~wf.errors.CorruptRecord` (fail closed)."""
     key = f"{row.artifact_id}@{row.version}"
-    try:
-        plan = decode_canonical(row.plan)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise CorruptRecord(
-            f"artifact {key}: stored plan does not decode ({exc})", table="artifacts", key=key
-        ) from None
+    plan = decode_body(decode_canonical, row.plan, "artifacts", key, "plan")
     if content_hash(plan) != row.content_hash:
         raise CorruptRecord(
             f"artifact {key}: stored plan does not match its content hash",

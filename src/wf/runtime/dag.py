@@ -24,6 +24,26 @@ evaluated and the run completes. A node that fails for good fails the run
 with its cause and withdraws the rest. Retries are the scheduler's: an
 activity's attempts, backoff and non-retryable errors live in the core, so
 attempt counts survive requeues and restarts with the core's own records.
+
+Conditions and skips: a node is *ready* when each of its needs completed or
+was skipped. A ready node is skipped instead of started when its needs say
+so (``skip_when``): by default when any need was skipped or is a condition
+whose expression did not hold; with ``all_skipped`` only when every need
+was (a join after an if/else). A condition node starts and completes in the
+same step: its output is the expression's boolean (:mod:`wf.runtime.expr`).
+Skipping cascades within one :func:`advance` (passes repeat until nothing
+changes), costs no step, and a skipped node's output reads as ``null``.
+The run completes when every node completed or was skipped.
+
+Fan-out (map nodes): when a map node starts, its ``items`` binding is
+resolved (a list of at most ``max_items``, else the node fails with
+``binding_failed`` or ``too_many_items``), one :class:`NodeRun` per item is
+stored in the node's state, and items are submitted in order, at most
+``concurrency`` in flight; item ``i`` is activity ``<run>.<node>.<i>``, a
+deterministic id, so recovery matches each item with its own activity as it
+does a plain node's. When every item completed, the node completes with
+their results in item order; an item that fails for good fails the node and
+the run. The whole map node is one step.
 """
 
 from __future__ import annotations
@@ -31,8 +51,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from wf.errors import WfError
-from wf.runtime.plan import ActivityNode, InterruptNode, Plan, TimerNode, resolve_binding
+from wf.runtime.expr import evaluate
+from wf.runtime.plan import (
+    ActivityNode,
+    ConditionNode,
+    InterruptNode,
+    MapNode,
+    Node,
+    Plan,
+    TimerNode,
+    resolve_binding,
+    resolve_operand,
+)
 from wf.runtime.runs import (
     Checkpoint,
     NodeRun,
@@ -47,6 +80,7 @@ from wf.scheduler.timer import resolve_not_before
 from wf.wire.payloads import encode_payload
 
 _IN_FLIGHT = frozenset({NodeStatus.SUBMITTED, NodeStatus.WAITING})
+_DONE = frozenset({NodeStatus.COMPLETED, NodeStatus.SKIPPED})
 
 
 @dataclass(slots=True)
@@ -80,6 +114,34 @@ def outputs_of(run: Run) -> dict[str, Any]:
     return {k: n.output for k, n in run.nodes.items() if n.status is NodeStatus.COMPLETED}
 
 
+def skipped_of(run: Run) -> frozenset[str]:
+    """The skipped nodes (a reference to one reads as ``null``)."""
+    return frozenset(k for k, n in run.nodes.items() if n.status is NodeStatus.SKIPPED)
+
+
+def item_key(node_id: str, index: int) -> str:
+    """The key of a map node's item: ``<node>.<index>`` (its activity id after the run's)."""
+    return f"{node_id}.{index}"
+
+
+def split_key(key: str) -> tuple[str, int | None]:
+    """``(node_id, item index)`` of an activity key (``None``: a plain node's)."""
+    node_id, dot, rest = key.partition(".")
+    if dot and rest.isascii() and rest.isdigit():
+        return node_id, int(rest)
+    return key, None
+
+
+def activity_state(run: Run, key: str) -> NodeRun | None:
+    """The state of the node or map item ``key`` names (see :func:`split_key`)."""
+    node_id, index = split_key(key)
+    state = run.nodes.get(node_id)
+    if index is None or state is None:
+        return state
+    items = state.items
+    return items[index] if items is not None and index < len(items) else None
+
+
 def begin(run: Run, plan: Plan, now: float) -> Effects:
     """Start an admitted run: its first nodes start."""
     run.status = RunStatus.RUNNING
@@ -94,47 +156,168 @@ def advance(run: Run, plan: Plan, now: float) -> Effects:
     effects = Effects()
     if run.final:
         return effects
-    for node in plan.nodes:
-        state = node_state(run, node.id)
-        if state.status is not NodeStatus.PENDING or not _ready(run, node.needs):
-            continue
-        if run.max_steps is not None and run.steps_used >= run.max_steps:
-            effects.extend(
-                stop(
-                    run,
-                    RunStatus.EXHAUSTED,
-                    RunError(
-                        code="max_steps_exhausted",
-                        message=f"node {node.id!r} would be step {run.steps_used + 1} of a "
-                        f"budget of {run.max_steps}",
-                        node=node.id,
-                    ),
-                    now,
-                )
-            )
-            return _withdrawn(effects)
-        run.steps_used += 1
-        state.started_at = now
-        if isinstance(node, ActivityNode):
-            try:
-                effects.submit.append(_activity(run, node, now))
-            except WfError as exc:  # an argument path missing in an upstream output
-                state.status = NodeStatus.FAILED
+    by_id = {n.id: n for n in plan.nodes}
+    progressed = True
+    while progressed:
+        # Conditions complete and skips happen within a pass: repeat until one
+        # changes nothing, so a node earlier in plan order is never left behind.
+        progressed = False
+        for node in plan.nodes:
+            state = node_state(run, node.id)
+            if isinstance(node, MapNode) and state.status is NodeStatus.SUBMITTED:
+                if not _fill(run, node, state, now, effects):
+                    return _withdrawn(effects)
+                continue
+            if state.status is not NodeStatus.PENDING or not _ready(run, node.needs):
+                continue
+            if _skips(run, node, by_id):
+                state.status = NodeStatus.SKIPPED
                 state.finished_at = now
-                error = RunError(code="binding_failed", message=exc.message, node=node.id)
-                state.error = error
-                effects.extend(stop(run, RunStatus.FAILED, error, now))
+                progressed = True
+                continue
+            if not _start(run, node, state, now, effects):
                 return _withdrawn(effects)
-            state.status = NodeStatus.SUBMITTED
-            state.activity_id = activity_id_for(run.run_id, node.id)
-        elif isinstance(node, TimerNode):
-            state.status = NodeStatus.WAITING
-            state.wake_at = resolve_not_before(node.delay, now)
-            effects.timers.append((state.wake_at, node.id))
-        else:
-            state.status = NodeStatus.AWAITING_INPUT
+            # A condition completes at once, and so does a map over an empty list.
+            progressed = progressed or isinstance(node, ConditionNode | MapNode)
     effects.extend(_settle(run, plan, now))
     return effects
+
+
+def _skips(run: Run, node: Node, by_id: dict[str, Node]) -> bool:
+    """Whether a ready node is skipped rather than started (see the module docstring)."""
+    if not node.needs:
+        return False
+    blocked = [_blocks(run, need, by_id) for need in node.needs]
+    return all(blocked) if node.skip_when == "all_skipped" else any(blocked)
+
+
+def _blocks(run: Run, need: str, by_id: dict[str, Node]) -> bool:
+    state = node_state(run, need)
+    if state.status is NodeStatus.SKIPPED:
+        return True
+    return isinstance(by_id.get(need), ConditionNode) and state.output is not True
+
+
+def _start(run: Run, node: Node, state: NodeRun, now: float, effects: Effects) -> bool:
+    """Start one ready node; ``False`` when the run stopped instead (its effects are
+    then in ``effects``, and the caller withdraws what was not yet handed over)."""
+    if run.max_steps is not None and run.steps_used >= run.max_steps:
+        error = RunError(
+            code="max_steps_exhausted",
+            message=f"node {node.id!r} would be step {run.steps_used + 1} of a "
+            f"budget of {run.max_steps}",
+            node=node.id,
+        )
+        effects.extend(stop(run, RunStatus.EXHAUSTED, error, now))
+        return False
+    run.steps_used += 1
+    state.started_at = now
+    if isinstance(node, ActivityNode):
+        try:
+            effects.submit.append(_activity(run, node, now))
+        except WfError as exc:  # an argument path missing in an upstream output
+            return _fail_node(run, state, node.id, "binding_failed", exc.message, now, effects)
+        state.status = NodeStatus.SUBMITTED
+        state.activity_id = activity_id_for(run.run_id, node.id)
+    elif isinstance(node, TimerNode):
+        state.status = NodeStatus.WAITING
+        state.wake_at = resolve_not_before(node.delay, now)
+        effects.timers.append((state.wake_at, node.id))
+    elif isinstance(node, ConditionNode):
+        outputs, skipped = outputs_of(run), skipped_of(run)
+        state.output = evaluate(
+            node.when, lambda v: resolve_operand(v, run.inputs, outputs, skipped)
+        )
+        state.status = NodeStatus.COMPLETED
+        state.finished_at = now
+    elif isinstance(node, MapNode):
+        try:
+            items = _map_items(run, node)
+        except WfError as exc:
+            return _fail_node(run, state, node.id, "binding_failed", exc.message, now, effects)
+        except _TooManyItems as exc:
+            return _fail_node(run, state, node.id, "too_many_items", str(exc), now, effects)
+        state.items = [NodeRun() for _ in items]
+        state.status = NodeStatus.SUBMITTED
+        if not items:
+            _gather(state, now)
+            return True
+        return _fill(run, node, state, now, effects)
+    else:
+        state.status = NodeStatus.AWAITING_INPUT
+    return True
+
+
+class _TooManyItems(Exception):
+    """A map node's list is longer than its ``max_items`` (the node fails)."""
+
+
+def _map_items(run: Run, node: MapNode) -> list[Any]:
+    """The list a map node fans out over (WfError: not a list; _TooManyItems)."""
+    items = resolve_binding(node.items, run.inputs, outputs_of(run), skipped=skipped_of(run))
+    if not isinstance(items, list):
+        kind = "null" if items is None else type(items).__name__
+        raise WfError(f"node {node.id!r}: items resolved to {kind}, not a list", node=node.id)
+    if len(items) > node.max_items:
+        raise _TooManyItems(
+            f"node {node.id!r}: {len(items)} items, more than its max_items {node.max_items}"
+        )
+    return items
+
+
+def _fill(run: Run, node: MapNode, state: NodeRun, now: float, effects: Effects) -> bool:
+    """Submit a started map node's pending items, in order, up to its concurrency;
+    ``False`` when an item's arguments do not resolve (the run stopped)."""
+    slots = state.items or []
+    limit = len(slots) if node.concurrency is None else node.concurrency
+    free = limit - sum(1 for s in slots if s.status is NodeStatus.SUBMITTED)
+    if free <= 0 or not any(s.status is NodeStatus.PENDING for s in slots):
+        return True
+    # Checked when the node started; inputs and upstream outputs never change, so
+    # this is the same list again (nothing but its length is stored).
+    items = _map_items(run, node)
+    outputs, skipped = outputs_of(run), skipped_of(run)
+    for index, slot in enumerate(slots):
+        if free <= 0:
+            break
+        if slot.status is not NodeStatus.PENDING:
+            continue
+        key = item_key(node.id, index)
+        try:
+            args = resolve_binding(
+                node.args, run.inputs, outputs, item=items[index], skipped=skipped
+            )
+        except WfError as exc:
+            message = f"item {index}: {exc.message}"
+            return _fail_node(run, state, node.id, "binding_failed", message, now, effects)
+        effects.submit.append(_submission(run, node, key, args))
+        slot.status = NodeStatus.SUBMITTED
+        slot.activity_id = activity_id_for(run.run_id, key)
+        slot.started_at = now
+        free -= 1
+    return True
+
+
+def _gather(state: NodeRun, now: float) -> None:
+    """Every item completed: the node completes with their results, in item order
+    (kept once, in the node's output, not again in each item)."""
+    items = state.items or []
+    state.output = [s.output for s in items]
+    for slot in items:
+        slot.output = None
+    state.status = NodeStatus.COMPLETED
+    state.finished_at = now
+
+
+def _fail_node(
+    run: Run, state: NodeRun, node_id: str, code: str, message: str, now: float, effects: Effects
+) -> bool:
+    state.status = NodeStatus.FAILED
+    state.finished_at = now
+    error = RunError(code=code, message=message, node=node_id)
+    state.error = error
+    effects.extend(stop(run, RunStatus.FAILED, error, now))
+    return False
 
 
 def _withdrawn(effects: Effects) -> Effects:
@@ -145,13 +328,18 @@ def _withdrawn(effects: Effects) -> Effects:
 
 
 def _ready(run: Run, needs: tuple[str, ...]) -> bool:
-    return all(node_state(run, n).status is NodeStatus.COMPLETED for n in needs)
+    return all(node_state(run, n).status in _DONE for n in needs)
 
 
 def _activity(run: Run, node: ActivityNode, now: float) -> Activity:
-    args = resolve_binding(node.args, run.inputs, outputs_of(run))
+    args = resolve_binding(node.args, run.inputs, outputs_of(run), skipped=skipped_of(run))
+    return _submission(run, node, node.id, args)
+
+
+def _submission(run: Run, node: ActivityNode | MapNode, key: str, args: Any) -> Activity:
+    """The scheduler activity of a node (or of one map item, ``key`` ``<node>.<i>``)."""
     return Activity(
-        activity_id=activity_id_for(run.run_id, node.id),
+        activity_id=activity_id_for(run.run_id, key),
         activity_type=node.activity_type,
         workflow_id=run.run_id,
         tenant=run.tenant,
@@ -164,15 +352,18 @@ def _activity(run: Run, node: ActivityNode, now: float) -> Activity:
         new_workflow=False,
         retry=node.retry,
         payload=encode_payload(**args),
+        schedule_to_start_s=node.schedule_to_start_s,
     )
 
 
 def _settle(run: Run, plan: Plan, now: float) -> Effects:
     """After progress: complete the run, or mark it interrupted / running."""
     states = [node_state(run, n.id) for n in plan.nodes]
-    if all(s.status is NodeStatus.COMPLETED for s in states):
+    if all(s.status in _DONE for s in states):
         try:
-            run.output = resolve_binding(plan.output, run.inputs, outputs_of(run))
+            run.output = resolve_binding(
+                plan.output, run.inputs, outputs_of(run), skipped=skipped_of(run)
+            )
         except WfError as exc:
             error = RunError(code="output_unresolvable", message=exc.message)
             return stop(run, RunStatus.FAILED, error, now)
@@ -206,12 +397,13 @@ def stop(run: Run, status: RunStatus, error: RunError, now: float) -> Effects:
     effects = Effects()
     if run.final:
         return effects
-    for state in run.nodes.values():
-        if state.status in _IN_FLIGHT or state.status is NodeStatus.AWAITING_INPUT:
-            if state.status is NodeStatus.SUBMITTED and state.activity_id is not None:
-                effects.cancel.append(state.activity_id)
-            state.status = NodeStatus.CANCELLED
-            state.finished_at = now
+    for node in run.nodes.values():
+        for state in [node, *(node.items or ())]:  # a map node's items too
+            if state.status in _IN_FLIGHT or state.status is NodeStatus.AWAITING_INPUT:
+                if state.status is NodeStatus.SUBMITTED and state.activity_id is not None:
+                    effects.cancel.append(state.activity_id)
+                state.status = NodeStatus.CANCELLED
+                state.finished_at = now
     run.status = status
     run.error = error
     run.finished_at = now
@@ -220,24 +412,42 @@ def stop(run: Run, status: RunStatus, error: RunError, now: float) -> Effects:
 
 
 def activity_completed(run: Run, plan: Plan, node_id: str, output: Any, now: float) -> Effects:
-    """A node's activity completed with ``output`` (ignored unless it was in flight)."""
-    state = run.nodes.get(node_id)
+    """A node's (or a map item's, ``node_id`` ``<node>.<i>``) activity completed with
+    ``output`` (ignored unless it was in flight)."""
+    state = activity_state(run, node_id)
     if run.final or state is None or state.status is not NodeStatus.SUBMITTED:
         return Effects()
     state.status = NodeStatus.COMPLETED
     state.output = output
     state.finished_at = now
+    parent_id, index = split_key(node_id)
+    if index is not None:
+        parent = run.nodes[parent_id]
+        if parent.status is not NodeStatus.SUBMITTED:
+            return Effects()
+        if all(s.status is NodeStatus.COMPLETED for s in parent.items or ()):
+            _gather(parent, now)
     return advance(run, plan, now)
 
 
 def activity_failed(run: Run, node_id: str, error: RunError, now: float) -> Effects:
-    """A node's activity failed for good: the run fails with its cause."""
-    state = run.nodes.get(node_id)
+    """A node's (or a map item's) activity failed for good: the run fails with its
+    cause (an item's names the map node and the item)."""
+    state = activity_state(run, node_id)
     if run.final or state is None or state.status is not NodeStatus.SUBMITTED:
         return Effects()
     state.status = NodeStatus.FAILED
     state.error = error
     state.finished_at = now
+    parent_id, index = split_key(node_id)
+    if index is not None:
+        error = msgspec.structs.replace(
+            error, node=parent_id, message=f"item {index}: {error.message}"
+        )
+        parent = run.nodes[parent_id]
+        parent.status = NodeStatus.FAILED
+        parent.error = error
+        parent.finished_at = now
     return stop(run, RunStatus.FAILED, error, now)
 
 

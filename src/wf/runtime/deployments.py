@@ -25,6 +25,7 @@ import msgspec
 
 from wf.errors import CorruptRecord, InvalidArgument
 from wf.runtime.plan import check_id
+from wf.runtime.stored import decode_body
 from wf.scheduler.model import Priority
 from wf.store.protocol import DeploymentRow
 from wf.wire.workflow import Deployment as Deployment
@@ -163,14 +164,7 @@ def deployment_row(deployment: Deployment) -> DeploymentRow:
 
 def deployment_from_row(row: DeploymentRow) -> Deployment:
     """The deployment a store row holds (undecodable or contradictory: CorruptRecord)."""
-    try:
-        deployment = _body_decoder.decode(row.body)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise CorruptRecord(
-            f"deployment {row.deployment_id!r}: stored body does not decode ({exc})",
-            table="deployments",
-            key=row.deployment_id,
-        ) from None
+    deployment = decode_body(_body_decoder.decode, row.body, "deployments", row.deployment_id)
     if deployment.deployment_id != row.deployment_id or deployment.revision != row.revision:
         raise CorruptRecord(
             f"deployment {row.deployment_id!r}: body names {deployment.deployment_id!r} "

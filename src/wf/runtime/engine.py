@@ -8,7 +8,8 @@ follows one order: decide (:mod:`wf.runtime.dag`, pure), **store** the run
 activities to the :class:`~wf.node.SchedulerNode`, cancel activities, arm
 timers). A crash between the store and the effects leaves a run that says
 more than exists; recovery closes the gap, because every effect is
-idempotent by a deterministic id (``run-000001.<node>``).
+idempotent by a deterministic id (``run-000001.<node>``, and
+``run-000001.<node>.<i>`` for item ``i`` of a map node, matched on its own).
 
 The engine learns of activity results from the node's committed outcomes (a
 listener): completions carry the result, failures carry the cause, and the
@@ -62,7 +63,7 @@ from wf.errors import Conflict, CorruptRecord, InvalidArgument, NotFound, StoreU
 from wf.node import SchedulerNode
 from wf.runtime import dag
 from wf.runtime.artifacts import artifact_from_row
-from wf.runtime.plan import ActivityNode, Plan
+from wf.runtime.plan import ActivityNode, MapNode, Plan
 from wf.runtime.runs import (
     FINAL_STATUSES,
     NodeStatus,
@@ -545,7 +546,7 @@ class RunEngine:
                 return
             now = self.clock.now()
             if event.kind != "executing":
-                state = run.nodes.get(node_id)
+                state = dag.activity_state(run, node_id)  # a node's, or a map item's
                 if state is None or state.status is not NodeStatus.SUBMITTED:
                     return  # already applied (recovery found it first) or not ours
             if event.kind == "executing":
@@ -702,11 +703,27 @@ class RunEngine:
             if run.trigger.kind == "manual":
                 effects.extend(dag.begin(run, plan, now))
         elif not run.final:
-            for node_id, state in list(run.nodes.items()):
-                if state.status is NodeStatus.SUBMITTED:
-                    effects.extend(await self._reconcile(run, plan, node_id, now))
+            # What was submitted as stored, listed before any is matched: matching one
+            # may start the next (a completion found in history), and that one is only
+            # in ``effects`` yet, so it must not be taken for one lost before a crash.
+            submitted: list[str] = []
+            for node_id, state in run.nodes.items():
+                if state.status is NodeStatus.SUBMITTED and state.items is not None:
+                    # A map node: each item is matched with its own activity.
+                    submitted += [
+                        dag.item_key(node_id, index)
+                        for index, item in enumerate(state.items)
+                        if item.status is NodeStatus.SUBMITTED
+                    ]
+                elif state.status is NodeStatus.SUBMITTED:
+                    submitted.append(node_id)
                 elif state.status is NodeStatus.WAITING and state.wake_at is not None:
                     effects.timers.append((state.wake_at, node_id))
+            for key in submitted:
+                found = dag.activity_state(run, key)
+                if run.final or found is None or found.status is not NodeStatus.SUBMITTED:
+                    continue
+                effects.extend(await self._reconcile(run, plan, key, now))
             effects.extend(dag.advance(run, plan, now))
         if run.deadline is not None and not run.final:
             self._arm(_Timer(run.deadline, 0, "deadline", run.run_id))
@@ -738,8 +755,10 @@ class RunEngine:
             effects.extend(dag.stop(run, RunStatus.FAILED, error, now))
 
     async def _reconcile(self, run: Run, plan: Plan, node_id: str, now: float) -> dag.Effects:
-        """Match a submitted node with its activity after a restart."""
-        state = run.nodes[node_id]
+        """Match a submitted node (or map item, ``<node>.<i>``) with its activity after a
+        restart."""
+        state = dag.activity_state(run, node_id)
+        assert state is not None
         activity_id = state.activity_id or f"{run.run_id}.{node_id}"
         live = self.node.reads.attempt(activity_id)
         if live is not None:
@@ -752,7 +771,8 @@ class RunEngine:
         history = await self.store.history(activity_id)
         if not history:
             state.status = NodeStatus.PENDING  # never reached the scheduler: start it again
-            run.steps_used -= 1
+            if dag.split_key(node_id)[1] is None:
+                run.steps_used -= 1  # a map item is part of its node's one step
             return dag.Effects()
         last = history[-1]
         if last.to_state is ActivityState.COMPLETED:
@@ -792,9 +812,11 @@ class RunEngine:
             await self.node.execute(make)
 
 
-def _node(plan: Plan, node_id: str) -> ActivityNode | None:
+def _node(plan: Plan, key: str) -> ActivityNode | MapNode | None:
+    """The node whose activity ``key`` names (a map item's is its map node)."""
+    node_id = dag.split_key(key)[0]
     for node in plan.nodes:
-        if node.id == node_id and isinstance(node, ActivityNode):
+        if node.id == node_id and isinstance(node, ActivityNode | MapNode):
             return node
     return None
 

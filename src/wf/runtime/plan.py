@@ -13,7 +13,13 @@ few one-key-family objects are references resolved when a run executes:
   of upstream node ``step1`` (optionally a dotted path into it);
 * ``{"$literal": value}``: ``value`` as is (to write an object that would
   otherwise read as a reference);
+* ``{"$item": "a.b"}``: in a map node's ``args`` only, the current item
+  (``""``: the whole item) or a dotted path into it;
 * anything else: itself, with objects and arrays resolved element-wise.
+
+A reference to a node that was skipped (a branch not taken) reads as ``null``.
+A condition node's ``when`` is an expression over bindings
+(:mod:`wf.runtime.expr`); a map node's ``items`` is a reference to a list.
 
 An object with a key starting with ``$`` that is none of these is refused,
 so a typo never becomes a silent literal.
@@ -25,9 +31,17 @@ re-exported here): this module holds the rules, not the shapes.
 :func:`validate_plan` checks everything the types cannot say: non-empty,
 id format, unique ids, ``needs`` that exist, no cycle (the cycle is named),
 references only to *upstream* nodes (a transitive ``needs`` ancestor, so a
-run always has the value when the node becomes ready), and valid JSON
-Schemas. Every refusal is an :class:`~wf.errors.InvalidArgument` whose
-details carry ``node`` and ``field``.
+run always has the value when the node becomes ready), valid JSON
+Schemas, well-formed expressions and map bounds, and **bound inputs**: a
+``$input`` outside a condition must name an input every run has (listed in
+the schema's ``required`` or given a ``default``, whose value must fit its
+property), so a run never fails mid-way on an optional input nobody passed.
+Every refusal is an :class:`~wf.errors.InvalidArgument` whose details carry
+``node`` and ``field``. These rules apply when a plan is *created*; a stored
+artifact is decoded (:func:`decode_canonical`) and never re-validated, so one
+accepted under older rules still loads and runs. :func:`check_activity_args`
+checks ``args`` against the declared parameters of the activity types a
+caller knows (:func:`params_of`).
 
 The canonical form (:func:`canonical_plan`) is JSON with sorted keys and
 default values omitted, so a field added later with a default keeps every
@@ -39,21 +53,27 @@ The DAG engine (next step of issue 5) reads :func:`topological_order` and
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeAlias
 
 import msgspec
 
 from wf.errors import InvalidArgument, WfError
-from wf.runtime.schema import schema_problem
+from wf.runtime.expr import MISSING, check_expression
+from wf.runtime.schema import instance_problems, schema_problem
 from wf.scheduler.timer import delay_spec_from_dict
+from wf.wire.bounds import DURATION_MAX_S
 from wf.wire.workflow import (
+    MAP_ITEMS_MAX,
     NODES_MAX,
     PLAN_FORMAT,
     ActivityNode,
+    ConditionNode,
     InterruptNode,
+    MapNode,
     Node,
     Plan,
     TimerNode,
@@ -66,7 +86,7 @@ ID_MAX: Final = 64
 ID_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_]{0,63}$")
 """Ids: lower-case ASCII letters, digits and ``_``, starting with a letter or digit,
 at most 64 characters. No ``.``: a deployment id is ``<artifact_id>.<name>``."""
-NODE_KINDS: Final = ("activity", "interrupt", "timer")
+NODE_KINDS: Final = ("activity", "interrupt", "timer", "condition", "map")
 """The node kinds a plan may use."""
 
 
@@ -86,22 +106,29 @@ class NodeRef(msgspec.Struct, frozen=True):
     path: tuple[str, ...] = ()
 
 
-_REF_KEYS: Final = frozenset({"$input", "$node", "$literal"})
+class ItemRef(msgspec.Struct, frozen=True):
+    """``{"$item": path}``: the current item of a map node (``""``: the whole item)."""
+
+    path: tuple[str, ...] = ()
 
 
-def references(value: Any, *, where: str, node: str | None) -> list[InputRef | NodeRef]:
+Ref: TypeAlias = InputRef | NodeRef | ItemRef
+"""Any reference a binding may hold."""
+
+_REF_KEYS: Final = frozenset({"$input", "$node", "$literal", "$item"})
+
+
+def references(value: Any, *, where: str, node: str | None) -> list[Ref]:
     """Every reference in the binding ``value``; refuses malformed bindings.
 
     ``where`` names the field (``args.x`` or ``output.y``) for error details.
     """
-    found: list[InputRef | NodeRef] = []
+    found: list[Ref] = []
     _walk(value, where, node, found, 0)
     return found
 
 
-def _walk(
-    value: Any, where: str, node: str | None, out: list[InputRef | NodeRef], depth: int
-) -> None:
+def _walk(value: Any, where: str, node: str | None, out: list[Ref], depth: int) -> None:
     if depth > BINDING_DEPTH_MAX:
         raise _bad(f"binding {where} nests deeper than {BINDING_DEPTH_MAX}", node, where)
     if isinstance(value, list):
@@ -118,7 +145,7 @@ def _walk(
     if len(dollars) > 1 or dollars[0] not in _REF_KEYS:
         raise _bad(
             f"binding {where} has unknown reference key(s) {sorted(dollars)}; "
-            "use one of $input, $node, $literal",
+            "use one of $input, $node, $literal, $item",
             node,
             where,
         )
@@ -130,6 +157,11 @@ def _walk(
     target = value[key]
     if key == "$literal":
         return
+    if key == "$item":
+        if not isinstance(target, str):
+            raise _bad(f"binding {where}: $item takes a dotted path string", node, where)
+        out.append(ItemRef(_path_parts(target, where, node)))
+        return
     if not isinstance(target, str) or not target:
         raise _bad(f"binding {where}: {key} must name a non-empty string", node, where)
     if key == "$input":
@@ -138,20 +170,40 @@ def _walk(
     path = value.get("path", "")
     if not isinstance(path, str):
         raise _bad(f"binding {where}: path must be a dotted string", node, where)
+    out.append(NodeRef(target, _path_parts(path, where, node)))
+
+
+def _path_parts(path: str, where: str, node: str | None) -> tuple[str, ...]:
     parts = tuple(path.split(".")) if path else ()
     if any(not p for p in parts):
         raise _bad(f"binding {where}: path {path!r} has an empty segment", node, where)
-    out.append(NodeRef(target, parts))
+    return parts
 
 
-def resolve_binding(value: Any, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> Any:
+class _NoItem:
+    """No current item (outside a map node's item arguments)."""
+
+
+NO_ITEM: Final = _NoItem()
+"""The ``item`` of :func:`resolve_binding` outside a map node."""
+
+
+def resolve_binding(
+    value: Any,
+    inputs: Mapping[str, Any],
+    outputs: Mapping[str, Any],
+    *,
+    item: Any = NO_ITEM,
+    skipped: frozenset[str] = frozenset(),
+) -> Any:
     """The JSON value of a (validated) binding, given run inputs and node outputs.
 
-    Raises :class:`~wf.errors.InvalidArgument` when a referenced input is absent
-    or a path does not exist in a node's output.
+    A reference to a node in ``skipped`` is ``null`` (whatever its path);
+    ``{"$item": path}`` reads ``item``. Raises :class:`~wf.errors.InvalidArgument`
+    when a referenced input is absent or a path does not exist.
     """
     if isinstance(value, list):
-        return [resolve_binding(v, inputs, outputs) for v in value]
+        return [resolve_binding(v, inputs, outputs, item=item, skipped=skipped) for v in value]
     if not isinstance(value, dict):
         return value
     if "$literal" in value:
@@ -162,21 +214,67 @@ def resolve_binding(value: Any, inputs: Mapping[str, Any], outputs: Mapping[str,
             raise InvalidArgument(f"run input {name!r} is not set", field=name)
         return inputs[name]
     if "$node" in value:
-        found = outputs[value["$node"]]
+        if value["$node"] in skipped:
+            return None
         path = value.get("path", "")
-        for part in path.split(".") if path else ():
-            if isinstance(found, dict) and part in found:
-                found = found[part]
-            elif isinstance(found, list) and part.isdigit() and int(part) < len(found):
-                found = found[int(part)]
-            else:
-                raise InvalidArgument(
-                    f"output of node {value['$node']!r} has no {path!r}",
-                    node=value["$node"],
-                    field=path,
-                )
+        found = _follow(outputs[value["$node"]], path)
+        if found is MISSING:
+            raise InvalidArgument(
+                f"output of node {value['$node']!r} has no {path!r}",
+                node=value["$node"],
+                field=path,
+            )
         return found
-    return {k: resolve_binding(v, inputs, outputs) for k, v in value.items()}
+    if "$item" in value:
+        if isinstance(item, _NoItem):
+            raise InvalidArgument("$item is only bound in a map node's args", field="$item")
+        found = _follow(item, value["$item"])
+        if found is MISSING:
+            raise InvalidArgument(f"the item has no {value['$item']!r}", field=value["$item"])
+        return found
+    return {
+        k: resolve_binding(v, inputs, outputs, item=item, skipped=skipped) for k, v in value.items()
+    }
+
+
+def _follow(found: Any, path: str) -> Any:
+    """``found`` at the dotted ``path`` (object keys, array indexes), or MISSING."""
+    for part in path.split(".") if path else ():
+        if isinstance(found, dict) and part in found:
+            found = found[part]
+        elif (
+            isinstance(found, list) and part.isascii() and part.isdigit() and int(part) < len(found)
+        ):
+            found = found[int(part)]
+        else:
+            return MISSING
+    return found
+
+
+def resolve_operand(
+    value: Any, inputs: Mapping[str, Any], outputs: Mapping[str, Any], skipped: frozenset[str]
+) -> Any:
+    """A condition operand's value, never an error: a reference that does not resolve
+    (input not set, node skipped, path absent) is :data:`~wf.runtime.expr.MISSING`
+    at the top and ``null`` inside a composite value."""
+    if isinstance(value, list):
+        return [_plain(resolve_operand(v, inputs, outputs, skipped)) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "$literal" in value:
+        return value["$literal"]
+    if "$input" in value:
+        return inputs.get(value["$input"], MISSING)
+    if "$node" in value:
+        name = value["$node"]
+        if name in skipped or name not in outputs:
+            return MISSING
+        return _follow(outputs[name], value.get("path", ""))
+    return {k: _plain(resolve_operand(v, inputs, outputs, skipped)) for k, v in value.items()}
+
+
+def _plain(value: Any) -> Any:
+    return None if value is MISSING else value
 
 
 # ------------------------------------------------------------- decoding
@@ -325,18 +423,63 @@ def validate_plan(plan: Plan) -> None:
     order = topological_order(plan)
     ancestors = _ancestors(by_id, order)
     _check_schema(plan.input_schema, None, "input_schema")
-    declared = _declared_inputs(plan.input_schema)
+    _check_defaults(plan.input_schema)
+    inputs = _input_rules(plan.input_schema)
     for node in plan.nodes:
-        _check_node(node, by_id, ancestors[node.id], declared)
+        _check_node(node, by_id, ancestors[node.id], inputs)
     for name, binding in plan.output.items():
         for ref in references(binding, where=f"output.{name}", node=None):
-            _check_ref(ref, None, f"output.{name}", by_id, None, declared)
+            _check_ref(ref, None, f"output.{name}", by_id, None, inputs)
+
+
+class _Inputs(msgspec.Struct, frozen=True):
+    """What the input schema says a binding may read."""
+
+    declared: frozenset[str] | None
+    """Names the schema closes its properties to (``None``: any name may be passed)."""
+    bound: frozenset[str]
+    """Names a run always has: ``required`` ones and those with a ``default``."""
+    strict: bool = True
+    """Whether an input must be in ``bound`` (operands of conditions need not be)."""
+
+
+def _input_rules(schema: Mapping[str, Any]) -> _Inputs:
+    required = schema.get("required")
+    names = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
+    return _Inputs(
+        declared=_declared_inputs(schema), bound=frozenset(names | set(input_defaults_of(schema)))
+    )
+
+
+def input_defaults_of(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``default`` of each top-level property of an input schema that declares one."""
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return {}
+    return {
+        name: prop["default"]
+        for name, prop in props.items()
+        if isinstance(prop, dict) and "default" in prop
+    }
+
+
+def _check_defaults(schema: Mapping[str, Any]) -> None:
+    props = schema.get("properties")
+    for name, value in input_defaults_of(schema).items():
+        assert isinstance(props, dict)
+        problems = instance_problems(props[name], value, root=dict(schema))
+        if problems:
+            raise _bad(
+                f"the default of input {name!r} does not match its schema: {'; '.join(problems)}",
+                None,
+                f"input_schema.properties.{name}.default",
+            )
 
 
 def _check_node(
-    node: Node, by_id: Mapping[str, Node], upstream: frozenset[str], declared: frozenset[str] | None
+    node: Node, by_id: Mapping[str, Node], upstream: frozenset[str], inputs: _Inputs
 ) -> None:
-    if isinstance(node, ActivityNode):
+    if isinstance(node, ActivityNode | MapNode):
         if not node.activity_type:
             raise _bad(f"node {node.id!r} has an empty activity_type", node.id, "activity_type")
         if node.timeout_s is not None and not (
@@ -347,31 +490,90 @@ def _check_node(
                 node.id,
                 "timeout_s",
             )
+        start_s = node.schedule_to_start_s
+        if start_s is not None and not (0 < start_s <= DURATION_MAX_S):
+            raise _bad(
+                f"node {node.id!r}: schedule_to_start_s must be positive and at most "
+                f"{DURATION_MAX_S:g}, got {start_s!r}",
+                node.id,
+                "schedule_to_start_s",
+            )
         if node.retry.max_attempts < 1:
             raise _bad(f"node {node.id!r}: retry.max_attempts must be at least 1", node.id, "retry")
         for name, binding in node.args.items():
             for ref in references(binding, where=f"args.{name}", node=node.id):
-                _check_ref(ref, node.id, f"args.{name}", by_id, upstream, declared)
+                if isinstance(ref, ItemRef) and isinstance(node, MapNode):
+                    continue
+                _check_ref(ref, node.id, f"args.{name}", by_id, upstream, inputs)
+        if isinstance(node, MapNode):
+            _check_map(node, by_id, upstream, inputs)
     elif isinstance(node, InterruptNode):
         _check_schema(node.input_schema, node.id, "input_schema")
+    elif isinstance(node, ConditionNode):
+        lenient = msgspec.structs.replace(inputs, strict=False)
+
+        def operand(value: Any, where: str) -> None:
+            for ref in references(value, where=where, node=node.id):
+                _check_ref(ref, node.id, where, by_id, upstream, lenient)
+
+        check_expression(node.when, node=node.id, where="when", operand=operand)
+
+
+def _check_map(
+    node: MapNode, by_id: Mapping[str, Node], upstream: frozenset[str], inputs: _Inputs
+) -> None:
+    if not 1 <= node.max_items <= MAP_ITEMS_MAX:
+        raise _bad(
+            f"node {node.id!r}: max_items must be 1-{MAP_ITEMS_MAX}, got {node.max_items}",
+            node.id,
+            "max_items",
+        )
+    if node.concurrency is not None and not 1 <= node.concurrency <= node.max_items:
+        raise _bad(
+            f"node {node.id!r}: concurrency must be 1-{node.max_items} (max_items), "
+            f"got {node.concurrency}",
+            node.id,
+            "concurrency",
+        )
+    refs = references(node.items, where="items", node=node.id)
+    if not ("$input" in node.items or "$node" in node.items):
+        raise _bad(
+            f"node {node.id!r}: items must be a reference ($input or $node) to a list",
+            node.id,
+            "items",
+        )
+    for ref in refs:
+        _check_ref(ref, node.id, "items", by_id, upstream, inputs)
 
 
 def _check_ref(
-    ref: InputRef | NodeRef,
+    ref: Ref,
     node: str | None,
     where: str,
     by_id: Mapping[str, Node],
     upstream: frozenset[str] | None,
-    declared: frozenset[str] | None,
+    inputs: _Inputs,
 ) -> None:
     owner = f"node {node!r}" if node is not None else "the plan output"
+    if isinstance(ref, ItemRef):
+        raise _bad(f"{owner} binds {where} to $item, which only a map node's args may", node, where)
     if isinstance(ref, InputRef):
+        declared = inputs.declared
         if declared is not None and ref.name not in declared:
             raise _bad(
                 f"{owner} binds {where} to input {ref.name!r}, which the input schema "
                 f"does not declare (declared: {sorted(declared)})",
                 node,
                 where,
+                input=ref.name,
+            )
+        if inputs.strict and ref.name not in inputs.bound:
+            raise _bad(
+                f"{owner} binds {where} to input {ref.name!r}, which a run may lack: the "
+                "input schema neither lists it in required nor gives it a default",
+                node,
+                where,
+                input=ref.name,
             )
         return
     if ref.node not in by_id:
@@ -383,6 +585,60 @@ def _check_ref(
             node,
             where,
         )
+
+
+class ActivityParams(msgspec.Struct, frozen=True):
+    """The keyword parameters an activity function declares (see :func:`params_of`)."""
+
+    required: frozenset[str]
+    """Parameters without a default: every node of the type must bind them."""
+    optional: frozenset[str] = frozenset()
+    """Parameters with a default."""
+    any_keyword: bool = False
+    """It takes ``**kwargs``: any other argument name is accepted."""
+
+
+def params_of(fn: Callable[..., Any]) -> ActivityParams:
+    """The parameters of an activity function, as a node's ``args`` bind them (by
+    keyword: positional-only parameters and ``*args`` cannot be bound)."""
+    required: set[str] = set()
+    optional: set[str] = set()
+    any_keyword = False
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            any_keyword = True
+        elif param.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            target = required if param.default is inspect.Parameter.empty else optional
+            target.add(param.name)
+    return ActivityParams(frozenset(required), frozenset(optional), any_keyword)
+
+
+def check_activity_args(plan: Plan, known: Mapping[str, ActivityParams]) -> None:
+    """Refuse activity and map nodes whose ``args`` do not fit the declared parameters
+    of their type, for the types in ``known`` (others are not known here: a remote
+    worker registers names only). InvalidArgument names the node and the field."""
+    for node in plan.nodes:
+        if not isinstance(node, ActivityNode | MapNode) or node.activity_type not in known:
+            continue
+        params = known[node.activity_type]
+        accepted = params.required | params.optional
+        for name in node.args:
+            if name not in accepted and not params.any_keyword:
+                raise _bad(
+                    f"node {node.id!r} binds args.{name}, which activity "
+                    f"{node.activity_type!r} does not take (it takes {sorted(accepted)})",
+                    node.id,
+                    f"args.{name}",
+                )
+        missing = sorted(params.required - set(node.args))
+        if missing:
+            raise _bad(
+                f"node {node.id!r} does not bind {missing}, which activity "
+                f"{node.activity_type!r} requires",
+                node.id,
+                "args",
+                missing=missing,
+            )
 
 
 def _check_schema(schema: object, node: str | None, field: str) -> None:
@@ -454,25 +710,36 @@ def _ancestors(by_id: Mapping[str, Node], order: Sequence[str]) -> dict[str, fro
 
 
 __all__ = [
+    "MAP_ITEMS_MAX",
     "NODES_MAX",
     "NODE_KINDS",
+    "NO_ITEM",
     "PLAN_FORMAT",
     "ActivityNode",
+    "ActivityParams",
+    "ConditionNode",
     "InputRef",
     "InterruptNode",
+    "ItemRef",
+    "MapNode",
     "Node",
     "NodeRef",
     "Plan",
+    "Ref",
     "TimerNode",
     "WfError",
     "canonical_plan",
+    "check_activity_args",
     "check_id",
     "content_hash",
     "decode_canonical",
+    "input_defaults_of",
+    "params_of",
     "plan_from_builtins",
     "plan_from_json",
     "references",
     "resolve_binding",
+    "resolve_operand",
     "topological_order",
     "validate_plan",
 ]

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from wf.errors import CorruptRecord
+from wf.runtime.stored import decode_body
 from wf.scheduler.model import Priority
 
 if TYPE_CHECKING:
@@ -83,6 +84,9 @@ class NodeStatus(enum.StrEnum):
     """Failed for good (``error`` says why)."""
     CANCELLED = "cancelled"
     """Withdrawn because the run stopped first."""
+    SKIPPED = "skipped"
+    """Never run: a condition it needs did not hold, or its needs were skipped
+    (docs/workflows.md, "Conditions"); its output reads as ``null``."""
 
 
 class RunError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -91,7 +95,8 @@ class RunError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     code: str
     """Stable cause: ``activity_failed``, ``may_have_executed``, ``activity_cancelled``,
     ``deadline_exceeded``, ``max_steps_exhausted``, ``output_unresolvable``,
-    ``resume_ambiguous`` or ``cancelled``."""
+    ``resume_ambiguous``, ``cancelled``, ``binding_failed`` or ``too_many_items`` (a map
+    node's list is longer than its ``max_items``)."""
     message: str
     """A sentence for people."""
     node: str | None = None
@@ -119,6 +124,9 @@ class NodeRun(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The output (only meaningful once completed)."""
     error: RunError | None = None
     """Why it failed."""
+    items: list[NodeRun] | None = None
+    """A map node's items, one state each (set when it starts; an item's own output is
+    dropped once the node gathers them into its output)."""
 
 
 class Trigger(msgspec.Struct, frozen=True, kw_only=True):
@@ -267,14 +275,7 @@ def request_digest(kind: str, target: str, inputs: dict[str, Any] | None = None)
 def run_from_row(row: RunRow) -> Run:
     """The run a store row holds; :class:`CorruptRecord` if it does not decode or
     contradicts its row."""
-    try:
-        run = _decoder.decode(row.body)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise CorruptRecord(
-            f"run {row.run_id!r}: stored body does not decode ({type(exc).__name__}: {exc})",
-            table="runs",
-            key=row.run_id,
-        ) from None
+    run = decode_body(_decoder.decode, row.body, "runs", row.run_id)
     if run.run_id == "":
         # Written in the transaction that numbered it: the store assigned the id.
         run.run_id = row.run_id

@@ -8,8 +8,11 @@ checkpoint, resume marks) and, for each activity node, the scheduler's
 append-only history of its activity (:meth:`wf.store.protocol.Store.history`).
 Each lease in that history is one attempt: which worker held it, when it was
 leased, started and finished, and how it ended (completed, failed and
-retried, requeued after a lost lease, failed for good). Nothing is
+retried, requeued after a lost lease, failed for good), with the error and
+the stack trace its worker reported for a failed one. Nothing is
 synthesized: an admitted run has an empty trace and no output or checkpoint.
+A skipped node shows as ``skipped``; a map node's entry lists its items
+(``items``: index, status, activity id, attempts, error), in item order.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from typing import Any
 import msgspec
 
 from wf.errors import InvalidArgument
-from wf.runtime.plan import ActivityNode, InterruptNode, Plan, TimerNode
-from wf.runtime.runs import NodeStatus, Run, RunStatus
-from wf.scheduler.model import ActivityState
+from wf.runtime.plan import ActivityNode, ConditionNode, InterruptNode, MapNode, Plan, TimerNode
+from wf.runtime.runs import NodeRun, NodeStatus, Run, RunStatus
+from wf.scheduler.model import ActivityState, TransitionReason
 from wf.scheduler.outputs import Transition
+from wf.wire.bounds import I64_MAX
 
 _S = ActivityState
 _HELD = frozenset({_S.LEASED, _S.EXECUTING})
@@ -49,6 +53,8 @@ def attempts(history: Sequence[Transition]) -> list[dict[str, Any]]:
         current["outcome"] = _outcome(t)
         if t.error:
             current["error"] = t.error
+        if t.stack_trace:
+            current["stack_trace"] = t.stack_trace
         current = None
     return found
 
@@ -60,23 +66,47 @@ def _outcome(t: Transition) -> str:
         return f"failed ({t.reason})"
     if t.to_state is _S.CANCELLED:
         return "cancelled"
-    if t.reason == "retry":
+    if t.reason == TransitionReason.RETRY:
         return "failed, retried"
     return f"{t.reason}, requeued"
 
 
+_KINDS: dict[type, str] = {
+    ActivityNode: "activity",
+    InterruptNode: "interrupt",
+    TimerNode: "timer",
+    ConditionNode: "condition",
+    MapNode: "map",
+}
+
+
 def node_kind(plan: Plan, node_id: str) -> str:
-    """``activity``, ``timer`` or ``interrupt``."""
+    """``activity``, ``timer``, ``interrupt``, ``condition`` or ``map``."""
     for node in plan.nodes:
         if node.id == node_id:
-            if isinstance(node, ActivityNode):
-                return "activity"
-            return "timer" if isinstance(node, TimerNode) else "interrupt"
+            return _KINDS.get(type(node), "unknown")
     return "unknown"
 
 
-def run_view(run: Run, plan: Plan, histories: Mapping[str, Sequence[Transition]]) -> dict[str, Any]:
-    """The full ``inspect_run`` answer (JSON-ready)."""
+def activity_ids(run: Run) -> list[str]:
+    """The scheduler activity of every started node and map item of ``run``."""
+    return [s.activity_id for s in _states(run) if s.activity_id]
+
+
+def _states(run: Run) -> list[NodeRun]:
+    return [s for n in run.nodes.values() for s in [n, *(n.items or ())]]
+
+
+def run_view(
+    run: Run,
+    plan: Plan,
+    histories: Mapping[str, Sequence[Transition]],
+    details: Mapping[str, bytes] | None = None,
+    unserved: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """The full ``inspect_run`` answer (JSON-ready); ``details`` are the latest
+    heartbeat details of the run's activities (JSON documents), by activity id;
+    ``unserved`` the ids of its queued activities no registered worker may take."""
     view = run_summary(run)
     view.update(
         {
@@ -96,10 +126,32 @@ def run_view(run: Run, plan: Plan, histories: Mapping[str, Sequence[Transition]]
             "checkpoint": None if run.checkpoint is None else msgspec.to_builtins(run.checkpoint),
             "awaiting": _awaiting(run, plan),
             "resumes": msgspec.to_builtins(run.resumes),
-            "trace": [] if run.status is RunStatus.ADMITTED else _trace(run, plan, histories),
+            "trace": []
+            if run.status is RunStatus.ADMITTED
+            else _trace(run, plan, histories, details or {}, unserved),
         }
     )
+    _with_stack_trace(view)
     return view
+
+
+def _with_stack_trace(view: dict[str, Any]) -> None:
+    """A failed node's (and a failed run's) error gains the stack trace of the node's
+    last failed attempt, so the answer names where it failed, not only what."""
+    traces: dict[str, str] = {}
+    for entry in view["trace"]:
+        for item in entry.get("items", ()):  # a map item's, and then its map node's
+            found = [a["stack_trace"] for a in item.get("attempts", ()) if "stack_trace" in a]
+            if found and isinstance(item.get("error"), dict):
+                item["error"]["stack_trace"] = found[-1]
+                if isinstance(entry.get("error"), dict):
+                    entry["error"]["stack_trace"] = traces[entry["node"]] = found[-1]
+        found = [a["stack_trace"] for a in entry.get("attempts", ()) if "stack_trace" in a]
+        if found and isinstance(entry.get("error"), dict):
+            entry["error"]["stack_trace"] = traces[entry["node"]] = found[-1]
+    error = view.get("error")
+    if isinstance(error, dict) and error.get("node") in traces:
+        error["stack_trace"] = traces[error["node"]]
 
 
 def run_summary(run: Run) -> dict[str, Any]:
@@ -128,7 +180,11 @@ def _awaiting(run: Run, plan: Plan) -> list[dict[str, Any]]:
 
 
 def _trace(
-    run: Run, plan: Plan, histories: Mapping[str, Sequence[Transition]]
+    run: Run,
+    plan: Plan,
+    histories: Mapping[str, Sequence[Transition]],
+    details: Mapping[str, bytes],
+    unserved: frozenset[str],
 ) -> list[dict[str, Any]]:
     trace: list[dict[str, Any]] = []
     for node in plan.nodes:
@@ -148,11 +204,61 @@ def _trace(
             entry["error"] = msgspec.to_builtins(state.error)
         if state.wake_at is not None:
             entry["wake_at"] = state.wake_at
-        if state.activity_id is not None:
-            entry["activity_id"] = state.activity_id
-            entry["attempts"] = attempts(histories.get(state.activity_id, ()))
+        _activity_entry(entry, state, histories, details, unserved)
+        if state.items is not None:
+            entry["items"] = [
+                _item_entry(i, item, histories, details, unserved)
+                for i, item in enumerate(state.items)
+            ]
         trace.append(entry)
     return trace
+
+
+def _activity_entry(
+    entry: dict[str, Any],
+    state: NodeRun,
+    histories: Mapping[str, Sequence[Transition]],
+    details: Mapping[str, bytes],
+    unserved: frozenset[str],
+) -> None:
+    if state.activity_id is not None:
+        entry["activity_id"] = state.activity_id
+        entry["attempts"] = attempts(histories.get(state.activity_id, ()))
+        raw = details.get(state.activity_id)
+        if raw:
+            entry["heartbeat_details"] = _details(raw)
+        if state.activity_id in unserved:
+            # Queued, and no registered worker may take its type (tenant, capabilities).
+            entry["unserved"] = True
+
+
+def _item_entry(
+    index: int,
+    item: NodeRun,
+    histories: Mapping[str, Sequence[Transition]],
+    details: Mapping[str, bytes],
+    unserved: frozenset[str],
+) -> dict[str, Any]:
+    """One map item (its result is in the node's gathered output, not repeated here)."""
+    entry: dict[str, Any] = {
+        "index": index,
+        "status": str(item.status),
+        "started_at": item.started_at,
+        "finished_at": item.finished_at,
+    }
+    if item.error is not None:
+        entry["error"] = msgspec.to_builtins(item.error)
+    _activity_entry(entry, item, histories, details, unserved)
+    return entry
+
+
+def _details(raw: bytes) -> Any:
+    """Stored heartbeat details as JSON (checked at the edge; a record that no longer
+    decodes is shown as its text rather than failing the whole view)."""
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return raw.decode("utf-8", "replace")
 
 
 # ----------------------------------------------------------------- cursors
@@ -171,9 +277,15 @@ def decode_cursor(cursor: str) -> int:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         if not raw.startswith(_CURSOR_PREFIX):
             raise ValueError("foreign cursor")
-        seq = int(raw[len(_CURSOR_PREFIX) :].decode())
-        if seq < 0:
-            raise ValueError("negative")
+        digits = raw[len(_CURSOR_PREFIX) :]
+        # ASCII digits only (int() also takes spaces, "_" and other scripts' digits),
+        # and a run number a store column can hold: a larger one reached the store
+        # and failed there as an internal error.
+        if not digits.isdigit() or len(digits) > 19:
+            raise ValueError("not a run number")
+        seq = int(digits)
+        if seq > I64_MAX:
+            raise ValueError("out of range")
     except (ValueError, UnicodeDecodeError):
         raise InvalidArgument(f"cursor {cursor!r} is not a runs cursor", field="cursor") from None
     return seq

@@ -73,9 +73,12 @@ class Poll(_Command, frozen=True, kw_only=True, tag="poll"):
     max_items: int = 1
     start: int = 0
     """Of those, how many the worker begins the moment it receives them (it has idle
-    execution slots for them). Such a grant of an idempotent activity (or one whose
-    retry policy says ``restart_on_abandon``) is also its start (``LEASED`` then
-    ``EXECUTING`` in one commit), which saves the ``StartActivity`` round trip."""
+    execution slots for them). Such a grant (not an early one) is also its start
+    (``LEASED`` then ``EXECUTING`` in one commit), which saves the ``StartActivity``
+    round trip; the worker must then run it on receipt. A grant whose answer never
+    reaches the worker is lost while ``EXECUTING``: requeued if the activity may run
+    again, otherwise failed with ``may_have_executed`` (docs/architecture.md, "Start
+    on grant")."""
 
 
 class CancelPoll(_Command, frozen=True, kw_only=True, tag="cancel_poll"):
@@ -96,6 +99,9 @@ class RenewLease(_Command, frozen=True, kw_only=True, tag="renew"):
 
     activity_id: str
     token: int
+    details: bytes | None = None
+    """The attempt's latest heartbeat details (bounded at the edge), passed through to
+    the :class:`~wf.scheduler.outputs.LeaseRenewed` record; the core keeps none."""
 
 
 class Complete(_Command, frozen=True, kw_only=True, tag="complete"):
@@ -120,6 +126,8 @@ class Fail(_Command, frozen=True, kw_only=True, tag="fail"):
     retryable: bool = True
     unreported_start: bool = False
     """As :attr:`Complete.unreported_start`."""
+    stack_trace: str = ""
+    """The failure's formatted stack trace (bounded at the edge), for the attempt's record."""
 
 
 class ShutdownWorker(_Command, frozen=True, kw_only=True, tag="shutdown_worker"):

@@ -9,7 +9,7 @@ backpressure, and work stealing off.
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -83,6 +83,14 @@ class SchedulerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     the worker starts the activity then, on its own timer: delayed work does not
     wait for the dispatch hop after its instant. The price is a slot held idle for
     at most this long. ``0`` queues each delayed activity at its instant."""
+    start_on_grant: Literal["any", "may_restart"] | None = None
+    """Which grants into a slot the worker starts on receipt are committed as the
+    activity's start (docs/architecture.md, "Start on grant"): ``"any"``, every one
+    (no start round trip; an activity that must not run twice and whose grant's answer
+    is lost fails with ``may_have_executed``); ``"may_restart"``, only those of
+    activities that may run again (the others keep the acknowledged start, and a lost
+    grant is requeued). ``None``: ``"any"`` on SQLite, ``"may_restart"`` on
+    PostgreSQL, whose clusters fail over, which loses answers (the server decides)."""
     departed_worker_retention_s: float = 86_400.0
     """How long a worker that failed or left (``failed``/``gone``) stays known.
 

@@ -11,9 +11,10 @@ stays with the definition.
 **Grammar.** :func:`validate_cron` owns the grammar: ``*``, numbers, month
 and weekday names (``jan``..``dec``, ``sun``..``sat``, case-insensitive),
 ranges ``a-b``, steps ``*/n`` and ``a-b/n``, and comma lists. Day-of-week
-``0`` and ``7`` are both Sunday; ``sun`` as the end of a range is 7, so
-``fri-sun`` works. Everything else is refused: six/seven-field forms (seconds,
-years), ``@`` nicknames (``@reboot`` has no meaning here; write ``@daily`` as
+``0`` and ``7`` are both Sunday; ``sun`` or ``0`` as the end of a range that
+starts later is 7, so ``fri-sun`` and ``5-0`` mean ``5-7`` (croniter's
+reading). Everything else is refused: six/seven-field forms (seconds, years),
+``@`` nicknames (``@reboot`` has no meaning here; write ``@daily`` as
 ``0 0 * * *``), croniter's extensions (``L``, ``W``, ``#``, ``?``, ``H``,
 ``R`` -- the last one is random), ``a/n`` without a range, reversed
 (wrapping) ranges, and a day of month that never occurs in the named months.
@@ -216,8 +217,10 @@ def _parse_field(expression: str, field: _Field, text: str) -> frozenset[int]:
         else:
             low = _parse_value(expression, field, match["low"])
             high = _parse_value(expression, field, match["high"])
-            if field is _FIELDS[_DOW] and match["high"] == "sun" and low > 0:
-                # ``fri-sun``: Sunday closes the week as 7, never wraps.
+            if field is _FIELDS[_DOW] and high == 0 and low > 0:
+                # ``fri-sun`` and ``5-0``: Sunday (``sun`` or ``0``) closing a range
+                # that starts later is 7, as croniter reads it (004: 0 and 7 are
+                # both Sunday); the range ends the week, it never wraps.
                 high = _DOW_CYCLE
             if low > high:
                 raise _invalid(

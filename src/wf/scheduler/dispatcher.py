@@ -16,22 +16,24 @@ state exactly as it was.
 The data walk: ``Submit`` creates activities (``READY``), which go dormant in
 the timer heap (``DELAYED``) or into the ready queue (``QUEUED``). Workers
 ``Poll`` to announce demand (and how many grants they will start on receipt:
-such a grant of an idempotent activity is its start too, ``LEASED`` then
-``EXECUTING`` in one commit). After every command a *dispatch pass* matches
-queued work to waiting workers: when one worker waits, it gets the policy's
-best activity among its eligible lanes; when several wait, the policy picks
-the best activity any of them may run and the load balancer picks which of
-them gets it. Each grant is a ``LEASED`` transition with a fresh fencing
-token. The worker reports ``StartActivity`` (``EXECUTING``), renews, and
+such a grant is its start too, ``LEASED`` then ``EXECUTING`` in one commit,
+whether or not the activity may run again). After every command a *dispatch
+pass* matches queued work to waiting workers: when one worker waits, it gets
+the policy's best activity among its eligible lanes; when several wait, the
+policy picks the best activity any of them may run and the load balancer
+picks which of them gets it. Each grant is a ``LEASED`` transition with a
+fresh fencing token. The worker reports ``StartActivity`` (``EXECUTING``)
+unless the grant was its start, renews, and
 finishes with ``Complete`` or ``Fail``; a failure is retried with backoff
 (``DELAYED``) while its retry budget lasts. ``Cancel`` withdraws unfinished
 work and reports ``ActivityCancelled`` with the cancel's origin. ``Tick``
 fires due timers, expires lapsed leases, declares silent workers lost and
 forgets workers departed longer than ``departed_worker_retention_s``. A
 timer fires ``early_grant_s`` before its instant: a grant made before the
-instant carries it as ``not_before`` (never started on grant), and the worker
-starts the activity at that instant on its own timer, so delayed work does
-not wait for the dispatch hop after its instant.
+instant carries it as ``not_before``, and the worker starts the activity at
+that instant on its own timer (a grant into a slot the poll starts on receipt
+is committed as the start at once), so delayed work does not wait for the
+dispatch hop, nor a start round trip, after its instant.
 
 Lost work is requeued with its counters: a lease lost before the start is
 simply requeued; an activity lost while ``EXECUTING`` is requeued only if
@@ -49,6 +51,7 @@ policies, leases, registry, timers, limits, backpressure, stealing).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -76,10 +79,13 @@ from wf.scheduler.load_balancer import LoadBalancer, make_load_balancer
 from wf.scheduler.metrics import CoreMetrics
 from wf.scheduler.model import (
     DEFAULT_RETRY,
+    LIVE_WORKER_STATUSES,
     TRANSITIONS,
     Activity,
+    ActivityDefaults,
     ActivityState,
     Priority,
+    RetryPolicy,
     TransitionReason,
     WorkerState,
     WorkerStatus,
@@ -115,7 +121,6 @@ _QUEUED: Final = S.QUEUED
 _LEASED: Final = S.LEASED
 _EXECUTING: Final = S.EXECUTING
 _ACTIVE: Final = WorkerStatus.ACTIVE
-_LIVE_WORKER: Final = (WorkerStatus.ACTIVE, WorkerStatus.DRAINING)
 
 _PRIORITY_VALUES: Final = frozenset(int(p) for p in Priority)
 
@@ -125,6 +130,12 @@ ID_LENGTH_MAX: Final = 256
 """Longest activity or worker id accepted."""
 HELD_LEASES_MAX: Final = 10_000
 """Most held leases one registration may list (a worker's concurrency bound)."""
+START_AHEAD_MAX_S: Final = 0.1
+"""An early grant is committed as its start only when its instant is at most this far
+ahead (the default ``early_grant_s``, 0.05 s, always is): it bounds the time a started
+activity waits on its worker, so a graceful shutdown waits for it at most this long,
+and a worker lost meanwhile costs a ``may_have_executed`` only in this window. A grant
+further ahead stays ``LEASED`` and its worker reports the start at the instant."""
 
 
 class SchedulerCore:
@@ -146,6 +157,7 @@ class SchedulerCore:
         }
         self._group_items = list(self.policies.items())
         self.leases = LeaseTable(config.lease_ttl_s)
+        self._start_any = config.start_on_grant != "may_restart"
         self.registry = WorkerRegistry(
             config.heartbeat_misses_max, config.departed_worker_retention_s
         )
@@ -155,6 +167,11 @@ class SchedulerCore:
         self.backpressure = BackpressureController(config.backpressure)
         self._bp_enabled = config.backpressure != BackpressureConfig()
         self.timers = DelayedTimers()
+        self.start_deadlines: list[tuple[float, int, str, float]] = []
+        """Heap of ``(deadline, seq, activity id, queued_at)``: when an activity queued at
+        ``queued_at`` with a ``schedule_to_start_s`` times out if still queued since
+        then. Entries of activities that were leased (or queued again) meanwhile are
+        stale and dropped when they come up; recovery rebuilds the heap."""
         self.key_lines: dict[str, deque[Activity]] = {}
         """Ordering key -> every unfinished activity with that key, in creation order.
 
@@ -214,6 +231,8 @@ class SchedulerCore:
             self.registry.next_deadline_at(),
             self.registry.next_purge_at(),
         ]
+        if self.start_deadlines:
+            candidates.append(self.start_deadlines[0][0])
         if self.waiting and self.queue.depth:
             candidates.append(self._blocked_until(now))
         times = [t for t in candidates if t is not None]
@@ -334,6 +353,7 @@ class SchedulerCore:
         not_before: float | None = None,
         error: str | None = None,
         result: bytes | None = None,
+        stack_trace: str | None = None,
     ) -> None:
         """The one place an activity changes state: table check, then a record.
 
@@ -372,6 +392,7 @@ class SchedulerCore:
                 not_before=not_before,
                 error=error,
                 result=result,
+                stack_trace=stack_trace,
             )
         )
         if target is not _LEASED and target is not _EXECUTING:
@@ -384,15 +405,22 @@ class SchedulerCore:
         return a.policy or self.config.default_policy
 
     def _enqueue(
-        self, a: Activity, reason: TransitionReason, now: float, error: str | None = None
+        self,
+        a: Activity,
+        reason: TransitionReason,
+        now: float,
+        error: str | None = None,
+        stack_trace: str | None = None,
     ) -> None:
         """Into the ready queue, or behind the in-flight activity of its ordering key.
 
         Activities sharing an ordering key start strictly in creation order: a
         later one waits while an earlier one is unfinished, even a delayed one.
         """
-        self._to(a, _QUEUED, reason, now, error=error)
+        self._to(a, _QUEUED, reason, now, error=error, stack_trace=stack_trace)
         a.queued_at = now
+        if a.schedule_to_start_s is not None:
+            self.watch_start(a)
         key = a.ordering_key
         if key is not None and self.key_lines[key][0] is not a:
             return
@@ -476,6 +504,44 @@ class SchedulerCore:
         self._finish(a)
         self._after(now)
 
+    def watch_start(self, a: Activity) -> None:
+        """Arm the schedule-to-start deadline of a queued activity (recovery too)."""
+        assert a.schedule_to_start_s is not None
+        entry = (a.queued_at + a.schedule_to_start_s, a.seq, a.activity_id, a.queued_at)
+        heapq.heappush(self.start_deadlines, entry)
+
+    def _start_timeouts(self, now: float) -> None:
+        """Fail the attempt of every activity queued past its ``schedule_to_start_s``:
+        retryable, so it is retried by its policy (``queued -> delayed``), or fails for
+        good once that was its last attempt (``queued -> failed``)."""
+        heap = self.start_deadlines
+        while heap and heap[0][0] <= now:
+            _, _, activity_id, queued_at = heapq.heappop(heap)
+            a = self.activities.get(activity_id)
+            if a is None or a.state is not _QUEUED or a.queued_at != queued_at:
+                continue  # leased, finished or queued again since: a stale entry
+            self._unqueue(a)
+            retry = self._retry_of(a, None)
+            a.failures += 1
+            message = f"not started within {a.schedule_to_start_s:g} s of being queued"
+            error_type = "ScheduleToStartTimeout"
+            error = a.last_error = f"{error_type}: {message}"
+            if error_type in retry.non_retryable_errors or a.failures >= retry.max_attempts:
+                reason = (
+                    R.NON_RETRYABLE
+                    if error_type in retry.non_retryable_errors
+                    else R.RETRIES_EXHAUSTED
+                )
+                self._fail_for_good(a, reason, now, error_type, message, False)
+                continue
+            due = now + retry_delay_s(a, retry)
+            self._to(a, S.DELAYED, R.SCHEDULE_TO_START_TIMEOUT, now, not_before=due, error=error)
+            self.timers.add(a.activity_id, due, a.seq)
+            self.metrics.retries += 1
+            self._decisions.append(
+                RetryScheduled(activity_id=a.activity_id, attempt=a.attempt + 1, not_before=due)
+            )
+
     def _unqueue(self, a: Activity) -> None:
         """Take a QUEUED activity out of its lane."""
         # A waiting member of an ordering line has no queue entry; _finish
@@ -499,7 +565,13 @@ class SchedulerCore:
         expires_at = self.leases.renew(a, c.token, c.now)
         self.metrics.lease_renewals += 1
         self._records.append(
-            LeaseRenewed(at=c.now, activity_id=a.activity_id, token=c.token, expires_at=expires_at)
+            LeaseRenewed(
+                at=c.now,
+                activity_id=a.activity_id,
+                token=c.token,
+                expires_at=expires_at,
+                details=c.details,
+            )
         )
 
     def _get_executing(
@@ -510,7 +582,7 @@ class SchedulerCore:
         With ``unreported_start`` a still leased activity that may run again is
         started here (the caller then finishes it in the same command)."""
         a = self._get_fenced(activity_id, token, now)
-        if unreported_start and a.state is _LEASED and (a.idempotent or a.retry.restart_on_abandon):
+        if unreported_start and a.state is _LEASED and self._may_restart(a, a.worker_id):
             a.attempt += 1
             self._to(a, _EXECUTING, R.STARTED, now)
         if a.state is not _EXECUTING:
@@ -541,24 +613,29 @@ class SchedulerCore:
     def _fail(self, c: cmd.Fail) -> None:
         now = c.now
         a = self._get_executing(c.activity_id, c.token, now, c.unreported_start)
+        retry = self._retry_of(a, a.worker_id)
         self._release(a)
         a.failures += 1
         error = f"{c.error_type}: {c.message}" if c.message else c.error_type
         a.last_error = error
-        retry = a.retry
+        trace = c.stack_trace or None
         if not c.retryable or c.error_type in retry.non_retryable_errors:
-            self._fail_for_good(a, R.NON_RETRYABLE, now, c.error_type, c.message, False)
+            self._fail_for_good(
+                a, R.NON_RETRYABLE, now, c.error_type, c.message, False, stack_trace=trace
+            )
         elif a.failures >= retry.max_attempts:
-            self._fail_for_good(a, R.RETRIES_EXHAUSTED, now, c.error_type, c.message, False)
+            self._fail_for_good(
+                a, R.RETRIES_EXHAUSTED, now, c.error_type, c.message, False, stack_trace=trace
+            )
         else:
-            delay = retry_delay_s(a)
+            delay = retry_delay_s(a, retry)
             if delay > 0:
                 due = now + delay
-                self._to(a, S.DELAYED, R.RETRY, now, not_before=due, error=error)
+                self._to(a, S.DELAYED, R.RETRY, now, not_before=due, error=error, stack_trace=trace)
                 self.timers.add(a.activity_id, due, a.seq)
             else:
                 due = now
-                self._enqueue(a, R.RETRY, now, error)
+                self._enqueue(a, R.RETRY, now, error, trace)
             self.metrics.retries += 1
             self._decisions.append(
                 RetryScheduled(activity_id=a.activity_id, attempt=a.attempt + 1, not_before=due)
@@ -573,8 +650,10 @@ class SchedulerCore:
         error_type: str,
         message: str,
         may_have_executed: bool,
+        *,
+        stack_trace: str | None = None,
     ) -> None:
-        self._to(a, S.FAILED, reason, now, error=a.last_error)
+        self._to(a, S.FAILED, reason, now, error=a.last_error, stack_trace=stack_trace)
         self.metrics.failed += 1
         self._decisions.append(
             ActivityFailed(
@@ -604,6 +683,39 @@ class SchedulerCore:
             self.registry.depart(worker, WorkerStatus.GONE, self._now)
             self._worker_record(worker, self._now)
 
+    def _declared(self, a: Activity, worker_id: str | None) -> ActivityDefaults | None:
+        """What the lease holder declares for the activity's type, if anything."""
+        worker = self.registry.workers.get(worker_id) if worker_id is not None else None
+        declared = worker.info.declared if worker is not None else None
+        return declared.get(a.activity_type) if declared else None
+
+    def _retry_of(self, a: Activity, worker_id: str | None) -> RetryPolicy:
+        """The retry policy in force for the attempt ``worker_id`` holds: the
+        submission's, unless it left the default and the holder declares one."""
+        retry = a.retry
+        if retry is DEFAULT_RETRY:
+            declared = self._declared(a, worker_id)
+            if declared is not None and declared.retry is not None:
+                return declared.retry
+        return retry
+
+    def _may_restart(self, a: Activity, worker_id: str | None) -> bool:
+        """Whether the attempt ``worker_id`` holds may run again if lost: idempotent
+        (as submitted, else as the holder declares) or ``restart_on_abandon``.
+
+        Resolved against the holder because its code is what runs: two workers that
+        declare a type differently each have their own declaration apply to the leases
+        they hold, a pure function of the state, so replay and recovery agree."""
+        idempotent = a.idempotent
+        if idempotent is None or a.retry is DEFAULT_RETRY:
+            declared = self._declared(a, worker_id)
+            if declared is not None:
+                if idempotent is None:
+                    idempotent = declared.idempotent
+                if a.retry is DEFAULT_RETRY and declared.retry is not None:
+                    return bool(idempotent) or declared.retry.restart_on_abandon
+        return bool(idempotent) or a.retry.restart_on_abandon
+
     def _revoke(self, a: Activity, reason: str) -> None:
         """End the activity's lease and tell its holder (who may still be running it)."""
         worker_id = a.worker_id
@@ -620,8 +732,9 @@ class SchedulerCore:
     ) -> None:
         """The lease is lost: requeue, or fail closed if it may have run (see module doc)."""
         executing = a.state is _EXECUTING
+        may_restart = executing and self._may_restart(a, a.worker_id)
         self._revoke(a, reason)
-        if executing and not (a.idempotent or a.retry.restart_on_abandon):
+        if executing and not may_restart:
             a.last_error = f"lease lost while executing ({reason}); external effects may exist"
             self._fail_for_good(a, R.MAY_HAVE_EXECUTED, now, "LeaseLost", a.last_error, True)
             return
@@ -712,7 +825,7 @@ class SchedulerCore:
 
     def _heartbeat(self, c: cmd.Heartbeat) -> None:
         worker = self.registry.get(c.worker_id)
-        if worker.status not in _LIVE_WORKER:
+        if worker.status not in LIVE_WORKER_STATUSES:
             raise WorkerNotActive(
                 f"worker {c.worker_id!r} is {worker.status.value}; register again",
                 worker_id=c.worker_id,
@@ -775,7 +888,7 @@ class SchedulerCore:
         workers = [self.registry.get(wid) for wid in c.worker_ids]
         self._now = c.now
         for worker in workers:
-            if worker.status in _LIVE_WORKER:
+            if worker.status in LIVE_WORKER_STATUSES:
                 self._lose_worker(worker, c.reason, c.now)
         self._after(c.now)
 
@@ -807,6 +920,8 @@ class SchedulerCore:
         # worker starts the activity then (see SchedulerConfig.early_grant_s).
         for activity_id in self.timers.pop_due(now + self.config.early_grant_s):
             self._enqueue(self.activities[activity_id], R.TIMER, now)
+        if self.start_deadlines:
+            self._start_timeouts(now)
         for activity_id, token, expires_at in self.leases.pop_expired(now):
             a = self.activities.get(activity_id)
             if (
@@ -829,6 +944,9 @@ class SchedulerCore:
             self._lose_worker(worker, R.MISSED_HEARTBEATS, now)
         for worker in self.registry.pop_purgeable(now):
             self._forget_worker(worker, now)
+        if self._limited:
+            # Bounded work: a few buckets per tick, so idle keys' buckets do not pile up.
+            self.limiter.prune(now)
         self._after(now)
 
     def _recover(self, c: cmd.Recover) -> None:
@@ -840,7 +958,7 @@ class SchedulerCore:
         # Registration order, then each worker's grant order: the same in every replay.
         for worker in registry.workers.values():
             worker.demand = worker.start_demand = 0
-            if worker.status in _LIVE_WORKER:
+            if worker.status in LIVE_WORKER_STATUSES:
                 registry.touch(worker, max(now, worker.last_seen_at))
             for aid in worker.leases:
                 self._grace(activities[aid], until, now)
@@ -971,14 +1089,19 @@ class SchedulerCore:
         lease = self.leases.grant(a, worker.info.worker_id, now)
         self._to(a, _LEASED, R.GRANTED, now)
         not_before = _not_yet(a, now)
-        # Only where a lost grant is harmless: if the answer carrying it never reaches
-        # the worker, the lease expires and an activity that may run again is simply
-        # requeued. Any other activity keeps the StartActivity handshake, so "may have
-        # executed" stays exact for it. An early grant starts later, on the worker.
+        # A grant for a slot the worker starts on receipt is its start, for every
+        # activity: the worker runs it without a StartActivity round trip (an early
+        # grant due soon at its not_before, on the worker's own timer, so a burst due
+        # at one instant starts then on every slot). If the worker never runs it (the
+        # answer is lost, or the worker dies before the instant), the lease is lost
+        # while EXECUTING, so an activity that may not run twice fails closed with
+        # may_have_executed (never a second run); that window is the price
+        # (docs/architecture.md, "Start on grant").
+        may_restart = self._may_restart(a, worker.info.worker_id)
         started = (
             worker.start_demand > 0
-            and not_before is None
-            and (a.idempotent or a.retry.restart_on_abandon)
+            and (not_before is None or not_before - now <= START_AHEAD_MAX_S)
+            and (may_restart or self._start_any)
         )
         if started:
             # Both transitions land in this command's one commit, so the store never
@@ -1008,7 +1131,7 @@ class SchedulerCore:
                 correlation_id=a.correlation_id,
                 payload=a.payload,
                 started=started,
-                may_restart=a.idempotent or a.retry.restart_on_abandon,
+                may_restart=may_restart,
                 not_before=not_before,
             )
         )
@@ -1055,7 +1178,7 @@ class SchedulerCore:
                         workflow_id=a.workflow_id,
                         correlation_id=a.correlation_id,
                         payload=a.payload,
-                        may_restart=a.idempotent or a.retry.restart_on_abandon,
+                        may_restart=self._may_restart(a, thief.info.worker_id),
                     )
                 )
             if thief.demand <= 0:
@@ -1088,9 +1211,10 @@ def _not_yet(a: Activity, now: float) -> float | None:
     return not_before if not_before is not None and not_before > now else None
 
 
-def retry_delay_s(a: Activity) -> float:
-    """Backoff before the next attempt, with deterministic jitter from id and attempt."""
-    r = a.retry
+def retry_delay_s(a: Activity, policy: RetryPolicy | None = None) -> float:
+    """Backoff before the next attempt, with deterministic jitter from id and attempt
+    (``policy``: the one in force, by default the activity's own)."""
+    r = a.retry if policy is None else policy
     try:
         grown = r.initial_backoff_s * r.backoff_coefficient ** (a.failures - 1)
     except OverflowError:  # many attempts: the delay is capped by max_backoff_s anyway

@@ -83,9 +83,9 @@ _S = ActivityState
 TRANSITIONS: Final[dict[ActivityState, frozenset[ActivityState]]] = {
     _S.READY: frozenset({_S.QUEUED, _S.DELAYED}),
     _S.DELAYED: frozenset({_S.QUEUED, _S.CANCELLED}),
-    # A queued activity never fails: nothing ran. (Recovery blocks a contradictory
-    # stored activity by leaving it out of the live state, with a diagnostic.)
-    _S.QUEUED: frozenset({_S.LEASED, _S.CANCELLED}),
+    # QUEUED -> DELAYED/FAILED: its schedule-to-start timeout passed (a failed
+    # attempt, retried by its policy), the only way a queued activity fails.
+    _S.QUEUED: frozenset({_S.LEASED, _S.CANCELLED, _S.DELAYED, _S.FAILED}),
     # LEASED -> QUEUED: lease lost before start (expiry, worker loss, steal, return).
     # LEASED -> FAILED: the infrastructure requeue budget ran out.
     _S.LEASED: frozenset({_S.EXECUTING, _S.QUEUED, _S.CANCELLED, _S.FAILED}),
@@ -125,7 +125,11 @@ class TransitionReason(enum.StrEnum):
     NON_RETRYABLE = "non_retryable"
     """``executing -> failed``: the error may not be retried."""
     RETRIES_EXHAUSTED = "retries_exhausted"
-    """``executing -> failed``: ``retry.max_attempts`` used up."""
+    """``executing | queued -> failed``: ``retry.max_attempts`` used up."""
+    SCHEDULE_TO_START_TIMEOUT = "schedule_to_start_timeout"
+    """``queued -> delayed``: it waited in the ready queue longer than its
+    ``schedule_to_start_s``, a failed attempt to be retried (``queued -> failed`` when
+    that was the last attempt: :attr:`RETRIES_EXHAUSTED`)."""
     MAY_HAVE_EXECUTED = "may_have_executed"
     """``executing -> failed``: the lease was lost mid-execution and the activity may
     not run twice (neither idempotent nor ``restart_on_abandon``)."""
@@ -221,8 +225,11 @@ class Activity(msgspec.Struct, kw_only=True, gc=False, forbid_unknown_fields=Tru
     """Preferred worker ``locality`` label (soft preference)."""
     region: str | None = None
     """Region, for partitioning by region."""
-    idempotent: bool = False
-    """Safe to run twice; abandoned executions of it are simply requeued."""
+    idempotent: bool | None = None
+    """Safe to run twice; abandoned executions of it are simply requeued. ``None``
+    (not said): as the activity type's declaration on the worker holding the lease
+    says (:attr:`WorkerInfo.declared`), else ``False`` (docs/server.md, "Declared
+    defaults")."""
     correlation_id: str = ""
     """The workflow correlation id carried into logs, traces and decisions."""
     ordering_key: str | None = None
@@ -237,11 +244,17 @@ class Activity(msgspec.Struct, kw_only=True, gc=False, forbid_unknown_fields=Tru
     """A relative delay, absolute instant, zoned wall time or calendar (cron) spec;
     the core resolves it into ``not_before`` against the submission's ``now``."""
     retry: RetryPolicy = DEFAULT_RETRY
-    """Retry policy for the activity's own failures."""
+    """Retry policy for the activity's own failures. The server's default (equal to
+    :data:`DEFAULT_RETRY`) counts as not said: the activity type's declared policy,
+    if the lease holder declares one, applies instead."""
     payload: bytes = b""
     """Opaque arguments for the worker; the scheduler never reads them."""
     renewable: bool = True
     """Whether its leases may be renewed (a non-renewable lease must finish within the TTL)."""
+    schedule_to_start_s: float | None = None
+    """Most seconds it may wait in the ready queue for a worker each time it is queued:
+    past that, the waiting counts as a failed attempt (``ScheduleToStartTimeout``,
+    retryable: the retry policy applies). ``None``: it waits as long as it takes."""
 
     state: ActivityState = ActivityState.READY
     """Current lifecycle state."""
@@ -298,6 +311,21 @@ def same_submission(accepted: Activity, submitted: Activity) -> bool:
     return accepted.not_before is not None and submitted.not_before <= accepted.not_before
 
 
+class ActivityDefaults(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
+):
+    """What a worker's code declares about one activity type it runs (``@activity``):
+    the defaults of submissions of that type that do not say otherwise."""
+
+    idempotent: bool | None = None
+    """Declared safe to run again (``None``: not declared)."""
+    retry: RetryPolicy | None = None
+    """Declared retry policy (``None``: not declared)."""
+
+
+_Declared = Annotated[dict[Name, ActivityDefaults], msgspec.Meta(max_length=_NAMES_MAX)]
+
+
 class WorkerInfo(
     msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
 ):
@@ -325,6 +353,10 @@ class WorkerInfo(
     """Tenants it may serve; ``None`` means any (set from its credential)."""
     partitions: NameSet | None = None
     """Queue partitions it serves; ``None`` means any."""
+    declared: _Declared | None = None
+    """Declared defaults by activity type (the worker SDK sends its ``@activity``
+    declarations). They apply to the leases this worker holds, for submissions that
+    leave the field unsaid (docs/server.md, "Declared defaults")."""
 
 
 class WorkerStatus(enum.StrEnum):
@@ -338,6 +370,11 @@ class WorkerStatus(enum.StrEnum):
     """Declared lost (missed heartbeats or infrastructure failure)."""
     GONE = "gone"
     """Deregistered after a graceful shutdown."""
+
+
+LIVE_WORKER_STATUSES: Final = (WorkerStatus.ACTIVE, WorkerStatus.DRAINING)
+"""A worker still there: it heartbeats, holds leases and is watched for liveness (a
+failed or gone one has departed and is only remembered)."""
 
 
 class HeartbeatStats(

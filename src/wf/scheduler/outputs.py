@@ -46,7 +46,9 @@ class LeaseGranted(_Decision, frozen=True, kw_only=True, tag="lease_granted"):
     lease simply expires and the activity is requeued."""
     not_before: float | None = None
     """Set on a grant made before the activity's due instant (``early_grant_s``): the
-    worker must not start it before this POSIX instant. Never set with ``started``."""
+    worker must not start it before this POSIX instant. With ``started`` the start is
+    already committed: the worker holds the slot and begins the activity at this
+    instant on its own timer, with no start round trip, even while it drains."""
 
 
 class LeaseRevoked(_Decision, frozen=True, kw_only=True, tag="lease_revoked"):
@@ -169,6 +171,9 @@ class Transition(_Record, frozen=True, kw_only=True, tag="transition"):
     error: str | None = None
     result: bytes | None = None
     """The result reported with a completion; only on transitions to ``COMPLETED``."""
+    stack_trace: str | None = None
+    """The stack trace a worker reported with a failed attempt; only on the transition
+    that ends that attempt (retried or failed for good)."""
 
 
 class LeaseRenewed(_Record, frozen=True, kw_only=True, tag="lease_renewed"):
@@ -177,6 +182,8 @@ class LeaseRenewed(_Record, frozen=True, kw_only=True, tag="lease_renewed"):
     activity_id: str
     token: int
     expires_at: float
+    details: bytes | None = None
+    """Heartbeat details sent with the renewal (the store keeps the latest per activity)."""
 
 
 class WorkerUpserted(_Record, frozen=True, kw_only=True, tag="worker_upserted"):

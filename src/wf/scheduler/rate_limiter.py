@@ -32,7 +32,11 @@ the pass, a tenant, partition or type reason skips only matching work.
 
 Partition and activity-type buckets are created on first :meth:`acquire`; an
 absent bucket behaves exactly like a full one, which is what a new bucket is,
-so queries never allocate. With nothing configured every call is a single
+so queries never allocate. For the same reason a bucket that is full again
+can be dropped without changing any decision: the core's every tick calls
+:meth:`RateLimiter.prune`, which looks at a bounded number of buckets, in
+turn, and drops the full ones, so memory follows the keys in recent use, not
+every key ever seen. With nothing configured every call is a single
 attribute test, plus the running counts that :meth:`RateLimiter.running`
 reports.
 
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
@@ -59,6 +64,9 @@ Refill arithmetic rounds; without slack a take scheduled for the exact instant
 a token is due could miss it by one ulp. The slack never lets the level fall
 below ``-EPSILON_TOKENS``, so the long-run bound is unchanged.
 """
+
+PRUNE_BATCH: Final = 64
+"""Buckets of each kind (partition, activity type) one :meth:`RateLimiter.prune` looks at."""
 
 _NUDGES_MAX: Final = 64
 """Bound on the ulp steps :meth:`TokenBucket.next_available_at` takes past a rounded instant."""
@@ -129,10 +137,6 @@ class TokenBucket:
         """Tokens available at ``now`` (never negative); does not change the bucket."""
         level = self._level(now)
         return level if level > 0.0 else 0.0
-
-    def can_take(self, now: float, n: float = 1.0) -> bool:
-        """Whether :meth:`try_take` with the same arguments would succeed; changes nothing."""
-        return self._level(now) + EPSILON_TOKENS >= n
 
     def try_take(self, now: float, n: float = 1.0) -> bool:
         """Refill to ``now``, then take ``n`` tokens if they are there; return whether it did."""
@@ -362,8 +366,11 @@ class RateLimiter:
             or self._max_concurrent is not None
             or self._tenant_limited
         )
-        self._partition_buckets: dict[str, TokenBucket] = {}
-        self._type_buckets: dict[str, TokenBucket] = {}
+        # Ordered: prune() looks at the front and sends survivors to the back, a
+        # round robin in O(1) per bucket (a plain dict's deleted front slots would
+        # be scanned past by every later next(iter(...))).
+        self._partition_buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+        self._type_buckets: OrderedDict[str, TokenBucket] = OrderedDict()
         self._running = 0
         self._running_by_tenant: dict[str, int] = {}
 
@@ -470,18 +477,24 @@ class RateLimiter:
         # all of them are.
         return None if at == now else at
 
-    def prune(self, now: float) -> int:
-        """Drop partition and type buckets that are full at ``now``; return how many.
+    def prune(self, now: float, batch: int = PRUNE_BATCH) -> int:
+        """Look at up to ``batch`` partition and ``batch`` type buckets and drop those
+        full at ``now``; return how many were dropped.
 
-        A full bucket decides exactly like an absent one, so pruning never
-        changes a decision; it bounds memory when partition keys come and go.
+        Buckets are looked at in turn (the least recently looked at first), so
+        repeated calls visit every bucket. A full bucket decides exactly like an
+        absent one, so pruning never changes a decision; it bounds memory when
+        partition keys come and go.
         """
         dropped = 0
         for buckets in (self._partition_buckets, self._type_buckets):
-            full = [key for key, bucket in buckets.items() if bucket._level(now) >= bucket.burst]
-            for key in full:
-                del buckets[key]
-            dropped += len(full)
+            for _ in range(min(batch, len(buckets))):
+                key, bucket = next(iter(buckets.items()))
+                if bucket._level(now) >= bucket.burst:
+                    del buckets[key]
+                    dropped += 1
+                else:
+                    buckets.move_to_end(key)
         return dropped
 
     def snapshot(self) -> RateLimiterSnapshot:

@@ -60,7 +60,14 @@ from wf.scheduler import commands as cmd
 from wf.scheduler.backpressure import BackpressureController, BackpressureSnapshot
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.dispatcher import SchedulerCore
-from wf.scheduler.model import Activity, ActivityState, WorkerInfo, WorkerState, WorkerStatus
+from wf.scheduler.model import (
+    LIVE_WORKER_STATUSES,
+    Activity,
+    ActivityState,
+    WorkerInfo,
+    WorkerState,
+    WorkerStatus,
+)
 from wf.scheduler.outputs import Outcome
 from wf.scheduler.policies import _PolicyBase, make_policy
 from wf.scheduler.queue import Entry, Lane, worker_signature
@@ -169,7 +176,7 @@ def restore(snap: CoreSnapshot, *, adopt: bool = False) -> SchedulerCore:
         core._signatures[wid] = worker_signature(worker.info)
         if worker.status is WorkerStatus.ACTIVE:
             core.capacity += worker.info.max_concurrency
-        if worker.status in (WorkerStatus.ACTIVE, WorkerStatus.DRAINING):
+        if worker.status in LIVE_WORKER_STATUSES:
             core.registry.touch(worker, worker.last_seen_at)
         else:
             core.registry.arm_purge(worker)
@@ -178,6 +185,10 @@ def restore(snap: CoreSnapshot, *, adopt: bool = False) -> SchedulerCore:
             _check_lease(core, worker, aid)
     core.waiting = {wid: core.registry.workers[wid] for wid in snap.waiting}
     core.timers = DelayedTimers.restore(snap.timers)
+    # Schedule-to-start deadlines are a function of the queued activities: re-armed.
+    for a in activities:
+        if a.schedule_to_start_s is not None and a.state is _QUEUED:
+            core.watch_start(a)
     core.limiter = RateLimiter.restore(snap.config.limits, snap.limiter)
     core.backpressure = BackpressureController.restore(snap.config.backpressure, snap.backpressure)
     core.balancer.restore(snap.balancer)
@@ -394,7 +405,6 @@ class BlockedLease(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _HELD: Final = (ActivityState.LEASED, ActivityState.EXECUTING)
-_LIVE_WORKER: Final = (WorkerStatus.ACTIVE, WorkerStatus.DRAINING)
 
 
 def snapshot_from_durable(
@@ -421,7 +431,7 @@ def snapshot_from_durable(
             registered_at=w.registered_at,
             last_seen_at=now,
             # Retention runs from the departure, across restarts (see WorkerRegistry).
-            departed_at=None if w.status in _LIVE_WORKER else w.updated_at,
+            departed_at=None if w.status in LIVE_WORKER_STATUSES else w.updated_at,
         )
         for w in durable.workers
     }

@@ -41,7 +41,10 @@ from typing import Final, TypeAlias
 import msgspec
 
 from wf.errors import AlreadyExists, CorruptRecord, InvalidArgument
-from wf.scheduler.cron import next_fire_after, require_aware, resolve_zone, validate_cron
+
+# wf.scheduler.cron (and croniter, about a third of a client command's start-up) is
+# imported where a spec is checked or resolved, not here: the client and the worker
+# SDK load this module for the delay types alone.
 
 __all__ = [
     "DELAY_MAX_S",
@@ -89,6 +92,8 @@ class AbsoluteInstant(_Spec, frozen=True, kw_only=True, tag="absolute"):
 
     def __post_init__(self) -> None:
         """Refuse a naive ``at``."""
+        from wf.scheduler.cron import require_aware
+
         require_aware(self.at, "at")
 
 
@@ -110,6 +115,8 @@ class ZonedWallTime(_Spec, frozen=True, kw_only=True, tag="zoned"):
                 "(use kind 'absolute' for an instant with an offset)",
                 field="local",
             )
+        from wf.scheduler.cron import resolve_zone
+
         zone = resolve_zone(self.timezone)
         if self.fold not in (0, 1):
             raise InvalidArgument(f"fold must be 0 or 1, got {self.fold!r}", field="fold")
@@ -123,6 +130,8 @@ class ZonedWallTime(_Spec, frozen=True, kw_only=True, tag="zoned"):
 
 
 def _gap_message(local: datetime, timezone: str) -> str:
+    from wf.scheduler.cron import resolve_zone
+
     zone = resolve_zone(timezone)
     # The two readings of a nonexistent wall time use the offsets from before
     # and after the transition; their difference is the width of the gap.
@@ -152,6 +161,8 @@ class CalendarSchedule(_Spec, frozen=True, kw_only=True, tag="calendar"):
 
     def __post_init__(self) -> None:
         """Refuse bad expressions and zones."""
+        from wf.scheduler.cron import resolve_zone, validate_cron
+
         validate_cron(self.cron)
         resolve_zone(self.timezone)
 
@@ -170,6 +181,8 @@ def resolve_not_before(spec: DelaySpec, now: float) -> float:
     """
     if not math.isfinite(now):
         raise InvalidArgument(f"now must be finite, got {now!r}")
+    from wf.scheduler.cron import next_fire_after, resolve_zone
+
     match spec:
         case RelativeDelay(seconds=seconds):
             return now + seconds

@@ -32,9 +32,13 @@ import heapq
 import math
 
 from wf.errors import InvalidArgument, NotFound
-from wf.scheduler.model import HeartbeatStats, WorkerInfo, WorkerState, WorkerStatus
-
-_LIVE = (WorkerStatus.ACTIVE, WorkerStatus.DRAINING)
+from wf.scheduler.model import (
+    LIVE_WORKER_STATUSES,
+    HeartbeatStats,
+    WorkerInfo,
+    WorkerState,
+    WorkerStatus,
+)
 
 
 def validate_worker_info(info: WorkerInfo) -> None:
@@ -97,9 +101,9 @@ class WorkerRegistry:
             self.workers[info.worker_id] = worker
             changed = True
         else:
-            changed = worker.info != info or worker.status not in _LIVE
+            changed = worker.info != info or worker.status not in LIVE_WORKER_STATUSES
             worker.info = info
-            if worker.status not in _LIVE:
+            if worker.status not in LIVE_WORKER_STATUSES:
                 worker.status = WorkerStatus.ACTIVE
                 worker.registered_at = now
                 worker.departed_at = None
@@ -122,6 +126,14 @@ class WorkerRegistry:
             deadline = now + worker.info.heartbeat_interval_s * self.misses_max
             heapq.heappush(self._deadlines, (deadline, worker.seq, worker_id))
 
+    def rearm_live(self, now: float) -> None:
+        """Count every live worker's liveness deadline from ``now`` (or its last sign
+        of life, if later), as start-up recovery does: for a clock that jumped over an
+        interval no worker could heartbeat across. Soft state, so nothing to record."""
+        for worker in self.workers.values():
+            if worker.status in LIVE_WORKER_STATUSES:
+                self.touch(worker, max(now, worker.last_seen_at))
+
     def pop_dead(self, now: float) -> list[WorkerState]:
         """Live workers whose deadline passed, in (deadline, seq) order."""
         dead: list[WorkerState] = []
@@ -130,7 +142,7 @@ class WorkerRegistry:
             _deadline, _seq, worker_id = heapq.heappop(heap)
             self._armed.discard(worker_id)
             worker = self.workers.get(worker_id)
-            if worker is None or worker.status not in _LIVE:
+            if worker is None or worker.status not in LIVE_WORKER_STATUSES:
                 continue
             current = worker.last_seen_at + worker.info.heartbeat_interval_s * self.misses_max
             if current <= now:
@@ -148,7 +160,7 @@ class WorkerRegistry:
 
     def depart(self, worker: WorkerState, status: WorkerStatus, now: float) -> None:
         """The worker failed or left (it holds no lease): start its retention."""
-        assert status not in _LIVE, "a departure ends in failed or gone"
+        assert status not in LIVE_WORKER_STATUSES, "a departure ends in failed or gone"
         assert not worker.leases, "a departed worker holds nothing"
         worker.status = status
         worker.departed_at = now
@@ -172,7 +184,11 @@ class WorkerRegistry:
             _due, _seq, worker_id = heapq.heappop(heap)
             self._purge_armed.discard(worker_id)
             worker = self.workers.get(worker_id)
-            if worker is None or worker.status in _LIVE or worker.departed_at is None:
+            if (
+                worker is None
+                or worker.status in LIVE_WORKER_STATUSES
+                or worker.departed_at is None
+            ):
                 continue  # Forgotten already, or it came back: nothing to purge.
             due = worker.departed_at + self.retention_s
             if due <= now:

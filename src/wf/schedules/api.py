@@ -6,9 +6,12 @@ Theory of operation
 changes nothing (004: "A bad edit is rejected without touching the running
 definition"). Every change to a schedule happens under that schedule's lock,
 which the admission service (:mod:`wf.schedules.service`) takes too, and is
-written under the schedule's revision, so an edit and an admission never
-interleave. Edits raise the revision and consume time up to now (the
-watermark moves to ``now``): they affect only future admissions. Pause,
+written under the schedule's fence (the store row's compare-and-set
+revision), so an edit and an admission never interleave. Edits (update,
+pause, resume, delete) raise the ``revision`` callers pass back as
+``expected_revision``; admissions raise only the fence, so a get-then-update
+never races the scheduler. Edits consume time up to now (the watermark moves
+to ``now``): they affect only future admissions. Pause,
 resume and delete are idempotent. Dropping a held ``misfire="latest"``
 candidate (pause, delete, an edit that leaves ``latest``) records it as
 ``superseded`` in the same transaction.
@@ -70,6 +73,17 @@ NOTE_MAX: Final = 1_000
 NEXT_INSTANT_CACHE_MAX: Final = 16_384
 """Next-instant answers :func:`schedule_view` remembers (a page walk of 10,000 schedules
 views each once; later walks of unchanged schedules find every answer here)."""
+MISFIRE_LATENESS_MAX_S: Final = 7 * 24 * 3600.0
+"""Largest per-schedule misfire allowance (a week)."""
+SCHEDULE_VIEW_STATUSES: Final = ("active", "paused", "finished", "blocked", "deleted")
+"""What a schedule view's ``status`` says (and ``list_schedules(status=)`` filters by):
+the stored ``active``/``paused``/``deleted``, plus ``finished`` (its trigger has no
+further instant: a one-shot that was dealt with) and ``blocked`` (admission refused
+because a record of it or of one of its runs is corrupt; ``blocked`` says why)."""
+FILTER_SCAN_MAX: Final = 1_000
+"""Most schedules one filtered ``list_schedules`` page examines (it may then hold
+fewer than ``limit``, with a ``next_cursor`` to go on from)."""
+_FILTER_BATCH: Final = 100
 _UNSET: Final[Any] = None
 _SCHEDULES: Final = "schedules"
 """Cursor kind of :meth:`ScheduleAPI.list_schedules`."""
@@ -86,6 +100,10 @@ class ScheduleAPI:
         """Per-schedule locks shared with the admission service."""
         self.listeners: list[Callable[[Schedule], None]] = []
         """Told of every stored change (the admission service listens)."""
+        self.blocked: dict[str, str] = {}
+        """Schedules the admission service refuses to admit, and why (the service
+        fills it: :attr:`wf.schedules.service.ScheduleService.blocked` is this dict);
+        the views say so."""
 
     # ------------------------------------------------------------- create
 
@@ -102,6 +120,7 @@ class ScheduleAPI:
         misfire: str = "skip",
         max_steps: int | None = None,
         note: str | None = None,
+        misfire_lateness_s: float | None = None,
     ) -> dict[str, Any]:
         """Create a schedule (caller-chosen id, never reused); returns its definition.
 
@@ -124,8 +143,10 @@ class ScheduleAPI:
             max_active_runs=max_active_runs,
             misfire=_choice(misfire, ("skip", "latest"), "misfire"),  # type: ignore[arg-type]
             max_steps=max_steps,
+            misfire_lateness_s=_lateness(misfire_lateness_s),
             note=_note(note, "note"),
             revision=1,
+            fence=1,
             created_at=now,
             updated_at=now,
             watermark=now,
@@ -144,13 +165,17 @@ class ScheduleAPI:
         )
         await self.store.put_schedule(schedule_row(schedule), expected_revision=0)
         self._notify(schedule)
-        return schedule_view(schedule)
+        return self.view(schedule)
 
     # --------------------------------------------------------------- read
 
     async def get_schedule(self, schedule_id: str, *, caller: Scope) -> dict[str, Any]:
         """The full definition, admission state and counters (deleted ones too)."""
-        return schedule_view(await self.load(schedule_id, caller))
+        return self.view(await self.load(schedule_id, caller))
+
+    def view(self, schedule: Schedule) -> dict[str, Any]:
+        """:func:`schedule_view` with what the admission service knows (blocked)."""
+        return schedule_view(schedule, blocked=self.blocked.get(schedule.schedule_id))
 
     async def list_schedules(
         self,
@@ -159,6 +184,7 @@ class ScheduleAPI:
         include_deleted: bool = False,
         limit: int = PAGE_LIMIT_DEFAULT,
         cursor: str | None = None,
+        status: str | None = None,
     ) -> dict[str, Any]:
         """One page of the visible schedules by id: ``{"schedules": [...], "next_cursor"}``.
 
@@ -167,10 +193,20 @@ class ScheduleAPI:
         reads the page through its index with the tenant filter in the same
         statement, so a page costs ``limit`` rows however many schedules exist.
         A schedule whose record does not decode is listed as ``{"schedule_id",
-        "corrupt"}``.
+        "corrupt", "status": "blocked"}``.
+
+        ``status`` (one of :data:`SCHEDULE_VIEW_STATUSES`) lists only schedules in
+        that state (``deleted`` implies ``include_deleted``). A filtered page examines
+        at most :data:`FILTER_SCAN_MAX` schedules, so it may hold fewer than ``limit``
+        (even none) with a ``next_cursor``: follow it until it is ``None``.
         """
         limit = check_limit(limit)
         after = "" if cursor is None else decode_cursor(cursor, _SCHEDULES, (str,))[0]
+        if status is not None:
+            _choice(status, SCHEDULE_VIEW_STATUSES, "status")
+            return await self._filtered_page(
+                status, after, limit, include_deleted or status == "deleted", caller
+            )
         stored = await self.store.schedules_page(
             after=after,
             limit=limit + 1,
@@ -178,12 +214,47 @@ class ScheduleAPI:
             tenants=None if caller.tenants is None else sorted(caller.tenants),
         )
         page = stored[:limit]
-        views = await views_in_slices(page, _listed_view)
+        views = await views_in_slices(page, self._listed_view)
         more = len(stored) > limit
         return {
             "schedules": views,
             "next_cursor": encode_cursor(_SCHEDULES, page[-1].schedule_id) if more else None,
         }
+
+    async def _filtered_page(
+        self, status: str, after: str, limit: int, include_deleted: bool, caller: Scope
+    ) -> dict[str, Any]:
+        """A page of the schedules whose view status is ``status`` (see list_schedules)."""
+        views: list[dict[str, Any]] = []
+        scanned = 0
+        while True:
+            stored = await self.store.schedules_page(
+                after=after,
+                limit=_FILTER_BATCH + 1,
+                include_deleted=include_deleted,
+                tenants=None if caller.tenants is None else sorted(caller.tenants),
+            )
+            batch = stored[:_FILTER_BATCH]
+            more = len(stored) > _FILTER_BATCH
+            batch_views = await views_in_slices(batch, self._listed_view)
+            for i, (row, view) in enumerate(zip(batch, batch_views, strict=True)):
+                after = row.schedule_id
+                if view["status"] == status:
+                    views.append(view)
+                if len(views) == limit:
+                    rest = more or i + 1 < len(batch)
+                    return _page(views, after if rest else None)
+            scanned += len(batch)
+            if not more:
+                return _page(views, None)
+            if scanned >= FILTER_SCAN_MAX:
+                return _page(views, after)
+
+    def _listed_view(self, row: ScheduleRow) -> dict[str, Any]:
+        try:
+            return self.view(schedule_from_row(row))
+        except CorruptRecord as exc:
+            return {"schedule_id": row.schedule_id, "corrupt": exc.message, "status": "blocked"}
 
     async def load(self, schedule_id: str, caller: Scope) -> Schedule:
         """A schedule the caller may see (NotFound otherwise; CorruptRecord if unreadable)."""
@@ -208,13 +279,17 @@ class ScheduleAPI:
         misfire: str | None = _UNSET,
         max_steps: int | None = _UNSET,
         note: str | None = _UNSET,
+        misfire_lateness_s: float | None = _UNSET,
     ) -> dict[str, Any]:
         """Change the given fields (``None``: unchanged) at ``expected_revision``.
 
         Everything is checked as on create before anything is written; a stale
         revision is Conflict (with ``current_revision``). The edit affects only
         future admissions: time up to now is consumed. A deleted schedule cannot
-        be edited (Conflict). ``max_steps`` cannot be cleared once set (004).
+        be edited (Conflict). ``max_steps`` cannot be cleared once set (004), nor can
+        ``misfire_lateness_s`` (set it to the server's value instead). Admissions never
+        move the revision, so a revision read by ``get_schedule`` stays valid until
+        another edit. A new trigger makes a ``finished`` schedule active again.
         """
         async with self.locks[schedule_id]:
             current = await self._editable(schedule_id, caller)
@@ -233,6 +308,7 @@ class ScheduleAPI:
             if trigger is not None:
                 edited.trigger = parse_trigger(trigger)
                 _check_future(edited, now)
+                edited.finished_at = None
             if inputs is not None:
                 edited.inputs = _inputs(inputs)
             if overlap is not None:
@@ -247,6 +323,8 @@ class ScheduleAPI:
                 edited.max_steps = max_steps
             if note is not None:
                 edited.note = _note(note, "note")
+            if misfire_lateness_s is not None:
+                edited.misfire_lateness_s = _lateness(misfire_lateness_s)
             _check_policies(edited)
             tenant = await self._preflight(edited, caller)
             if tenant != current.tenant:
@@ -256,15 +334,16 @@ class ScheduleAPI:
                     field="deployment_id",
                 )
             if edited == current:
-                return schedule_view(current)  # nothing to change: no new revision
+                return self.view(current)  # nothing to change: no new revision
             edited.revision += 1
+            edited.fence += 1
             edited.updated_at = now
             edited.watermark = max(edited.watermark, now)
             dropped = (
                 drop_candidate(edited, "dropped by an edit") if edited.misfire != "latest" else []
             )
-            await self._write(edited, current.revision, dropped)
-            return schedule_view(edited)
+            await self._write(edited, current.fence, dropped)
+            return self.view(edited)
 
     async def pause_schedule(
         self, schedule_id: str, *, caller: Scope, reason: str | None = None
@@ -275,7 +354,7 @@ class ScheduleAPI:
         async with self.locks[schedule_id]:
             current = await self._editable(schedule_id, caller)
             if current.paused:
-                return schedule_view(current)
+                return self.view(current)
             now = self.clock.now()
             paused = msgspec.structs.replace(
                 current,
@@ -283,10 +362,11 @@ class ScheduleAPI:
                 paused_at=now,
                 pause_reason=reason,
                 revision=current.revision + 1,
+                fence=current.fence + 1,
                 updated_at=now,
             )
-            await self._write(paused, current.revision, drop_candidate(paused, "dropped by pause"))
-            return schedule_view(paused)
+            await self._write(paused, current.fence, drop_candidate(paused, "dropped by pause"))
+            return self.view(paused)
 
     async def resume_schedule(self, schedule_id: str, *, caller: Scope) -> dict[str, Any]:
         """Allow admission again from the next future instant: the paused span is
@@ -294,7 +374,7 @@ class ScheduleAPI:
         async with self.locks[schedule_id]:
             current = await self._editable(schedule_id, caller)
             if not current.paused:
-                return schedule_view(current)
+                return self.view(current)
             now = self.clock.now()
             resumed = msgspec.structs.replace(
                 current,
@@ -303,10 +383,11 @@ class ScheduleAPI:
                 pause_reason=None,
                 watermark=max(current.watermark, now),
                 revision=current.revision + 1,
+                fence=current.fence + 1,
                 updated_at=now,
             )
-            await self._write(resumed, current.revision, [])
-            return schedule_view(resumed)
+            await self._write(resumed, current.fence, [])
+            return self.view(resumed)
 
     async def delete_schedule(self, schedule_id: str, *, caller: Scope) -> dict[str, Any]:
         """Soft delete: no admission ever again; runs and occurrence history stay with
@@ -315,19 +396,18 @@ class ScheduleAPI:
             current = await self.load(schedule_id, caller)
             _require_tenant(caller, current.tenant)
             if current.deleted:
-                return schedule_view(current)
+                return self.view(current)
             now = self.clock.now()
             deleted = msgspec.structs.replace(
                 current,
                 deleted=True,
                 deleted_at=now,
                 revision=current.revision + 1,
+                fence=current.fence + 1,
                 updated_at=now,
             )
-            await self._write(
-                deleted, current.revision, drop_candidate(deleted, "dropped by delete")
-            )
-            return schedule_view(deleted)
+            await self._write(deleted, current.fence, drop_candidate(deleted, "dropped by delete"))
+            return self.view(deleted)
 
     # -------------------------------------------------------- occurrences
 
@@ -393,7 +473,9 @@ class ScheduleAPI:
         """Start one manual run now through the schedule's bindings and budget.
 
         It is not an occurrence: it records none, is not limited by overlap or
-        capacity, and does not count toward overlap (manual runs never do).
+        capacity, and does not count toward overlap (manual runs never do). The run's
+        trigger is ``{"kind": "manual", "schedule_id": <this schedule>}``, so
+        ``list_runs(schedule_id=...)`` finds it beside the scheduled runs.
 
         With a ``request_id`` the call may be retried safely: a retry on the same
         schedule answers the run the first call started (as it stands now) and
@@ -417,7 +499,9 @@ class ScheduleAPI:
             schedule.inputs,
             caller=caller,
             max_steps=schedule.max_steps,
-            trigger=RunTrigger(kind="manual", schedule_id=None, occurrence=None),
+            # Linked to the schedule, but ``manual``: never an occurrence, never
+            # counted for overlap or capacity (those look at ``kind == "schedule"``).
+            trigger=RunTrigger(kind="manual", schedule_id=schedule_id, occurrence=None),
         )
         run.request_id, run.request_digest = request_id, digest
         started, _ = await self.workflow.start_prepared(run, plan)
@@ -493,12 +577,21 @@ class ScheduleAPI:
 # ----------------------------------------------------------------- views
 
 
-def schedule_view(schedule: Schedule) -> dict[str, Any]:
-    """The JSON-ready definition, admission state and counters of a schedule."""
+def schedule_view(schedule: Schedule, *, blocked: str | None = None) -> dict[str, Any]:
+    """The JSON-ready definition, admission state and counters of a schedule.
+
+    ``status`` is one of :data:`SCHEDULE_VIEW_STATUSES`: ``deleted``, then ``blocked``
+    (``blocked``: why, given by the admission service), ``paused``, ``finished`` and
+    ``active``. ``next_instant`` is the instant the schedule will next consider, and
+    ``None`` when none will be admitted (deleted, blocked, paused, finished).
+    """
     view: dict[str, Any] = msgspec.to_builtins(schedule)
-    view["status"] = schedule.status
+    del view["fence"]  # the store's write fence: internal, not a revision to pass back
+    why = blocked or schedule.blocked
+    view["blocked"] = why
+    view["status"] = _view_status(schedule, why)
     view["next_instant"] = None
-    if not schedule.deleted and not schedule.paused:
+    if view["status"] == "active":
         t = _next_instant(schedule.trigger, schedule.watermark)
         view["next_instant"] = None if t is None else _iso(t)
     if schedule.candidate is not None:
@@ -506,11 +599,23 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
     return view
 
 
-def _listed_view(row: ScheduleRow) -> dict[str, Any]:
-    try:
-        return schedule_view(schedule_from_row(row))
-    except CorruptRecord as exc:
-        return {"schedule_id": row.schedule_id, "corrupt": exc.message}
+def _view_status(schedule: Schedule, blocked: str | None) -> str:
+    if schedule.deleted:
+        return "deleted"
+    if blocked:
+        return "blocked"
+    if schedule.paused:
+        return "paused"
+    if schedule.finished_at is not None:
+        return "finished"
+    return "active"
+
+
+def _page(views: list[dict[str, Any]], after: str | None) -> dict[str, Any]:
+    return {
+        "schedules": views,
+        "next_cursor": None if after is None else encode_cursor(_SCHEDULES, after),
+    }
 
 
 @functools.lru_cache(maxsize=NEXT_INSTANT_CACHE_MAX)
@@ -594,6 +699,23 @@ def _inputs(value: object) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidArgument("inputs must be a JSON object", field="inputs")
     return dict(value)
+
+
+def _lateness(value: object) -> float | None:
+    """A per-schedule misfire allowance: seconds, 0 to :data:`MISFIRE_LATENESS_MAX_S`."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MISFIRE_LATENESS_MAX_S  # NaN fails this too
+    ):
+        raise InvalidArgument(
+            f"misfire_lateness_s must be a number of seconds from 0 to "
+            f"{MISFIRE_LATENESS_MAX_S:g}, not {value!r}",
+            field="misfire_lateness_s",
+        )
+    return float(value)
 
 
 def _note(value: object, field: str) -> str | None:

@@ -4,8 +4,12 @@ Theory of operation
 -------------------
 A :class:`Schedule` is a durable definition: the deployment it runs, a
 trigger (one-shot instant or cron expression with an IANA zone), input
-bindings, overlap and misfire policies, an optional ``max_steps`` budget and
-a revision that every edit raises. Besides the definition it holds the
+bindings, overlap and misfire policies (with an optional per-schedule misfire
+allowance), an optional ``max_steps`` budget and a ``revision`` that only an
+operator's change raises (update, pause, resume, delete): admissions never do,
+so a get-then-update with ``expected_revision`` does not race the scheduler.
+Every stored write, admissions included, raises the internal ``fence``
+instead, which is the store row's compare-and-set revision. Besides the definition it holds the
 admission state the service needs across restarts: the consumed
 ``watermark`` (every instant at or before it has been dealt with, so nothing
 is ever replayed), the held ``candidate`` of ``misfire="latest"``, pause and
@@ -14,7 +18,7 @@ and the skipped-occurrence counters.
 
 An *occurrence* is one resolved UTC instant of a schedule, unique on
 ``(schedule_id, instant)`` in the store. Stored statuses are in
-:data:`STORED_OCCURRENCE_STATUSES`; an ``admitted`` occurrence shows the
+:data:`wf.store.rows.OCCURRENCE_STATUSES`; an ``admitted`` occurrence shows the
 status of its run when listed (``running``, ``interrupted``, ``completed``,
 ``failed``, ``exhausted``, ``cancelled``), and a held candidate is listed as
 ``pending`` without being stored.
@@ -32,6 +36,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from wf.errors import CorruptRecord, InvalidArgument, NaiveDatetime
+from wf.runtime.stored import decode_body
 from wf.scheduler.cron import next_fire_after, require_aware, resolve_zone, validate_cron
 from wf.store.protocol import ScheduleRow
 from wf.wire.triggers import CronTrigger as CronTrigger
@@ -42,15 +47,6 @@ SCHEDULE_FORMAT: Final = 1
 """Version of the stored schedule document."""
 SCHEDULE_ID_RE: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,127}$")
 """Schedule ids: lower-case letters, digits, ``_``, ``.`` and ``-``; 1-128 characters."""
-STORED_OCCURRENCE_STATUSES: Final = (
-    "admitted",
-    "coalesced",
-    "superseded",
-    "skipped-overlap",
-    "skipped-misfire",
-    "preflight-rejected",
-)
-"""What the store records about an occurrence."""
 CATCHUP_MAX: Final = 1_000
 """Most due instants one admission step handles (one transaction); a longer catch-up
 takes several steps."""
@@ -81,10 +77,21 @@ class Schedule(msgspec.Struct, kw_only=True):
     max_steps: int | None = None
     """Budget of node starts per run (overrides the deployment's); once set, an update
     cannot clear it (004 limitation)."""
+    misfire_lateness_s: float | None = None
+    """This schedule's misfire allowance in seconds (``None``: the server's
+    ``server.scheduler.misfire_lateness_s``); applies to ``misfire="skip"``."""
     note: str | None = None
     """Free text."""
     revision: int = 0
-    """Raised by one on every change."""
+    """Raised by one on every operator change (update, pause, resume, delete), never
+    by an admission."""
+    fence: int = 0
+    """Raised by one on every stored write (admissions included): the store row's
+    compare-and-set revision. Left out (``0``) it is the revision: a body written
+    before the fence existed, when every write raised the revision, or a new one."""
+    finished_at: float | None = None
+    """When a trigger with no further instant (a one-shot that fired, was skipped or
+    rejected) was dealt with: the schedule is ``finished``, nothing more is admitted."""
     created_at: float = 0.0
     """When it was created."""
     updated_at: float = 0.0
@@ -114,9 +121,14 @@ class Schedule(msgspec.Struct, kw_only=True):
     format: int = SCHEDULE_FORMAT
     """Document version."""
 
+    def __post_init__(self) -> None:
+        if self.fence == 0:
+            self.fence = self.revision
+
     @property
     def status(self) -> str:
-        """``deleted``, ``paused`` or ``active`` (the store row's status)."""
+        """``deleted``, ``paused`` or ``active`` (the store row's status; the views add
+        ``finished`` and ``blocked``: :func:`wf.schedules.api.schedule_view`)."""
         if self.deleted:
             return "deleted"
         return "paused" if self.paused else "active"
@@ -190,14 +202,14 @@ def next_instant_after(trigger: Trigger, after: float) -> float | None:
 
 
 def schedule_row(schedule: Schedule) -> ScheduleRow:
-    """The store row of ``schedule`` at ``schedule.revision``."""
+    """The store row of ``schedule`` at ``schedule.fence`` (the row's revision)."""
     return ScheduleRow(
         schedule_id=schedule.schedule_id,
         tenant=schedule.tenant,
         deployment_id=schedule.deployment_id,
         status=schedule.status,
         body=_encoder.encode(schedule),
-        revision=schedule.revision,
+        revision=schedule.fence,
         created_at=schedule.created_at,
         updated_at=schedule.updated_at,
     )
@@ -205,22 +217,15 @@ def schedule_row(schedule: Schedule) -> ScheduleRow:
 
 def schedule_from_row(row: ScheduleRow) -> Schedule:
     """The schedule a row holds; CorruptRecord if it does not decode or contradicts it."""
-    try:
-        schedule = _decoder.decode(row.body)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise CorruptRecord(
-            f"schedule {row.schedule_id!r}: stored body does not decode ({exc})",
-            table="schedules",
-            key=row.schedule_id,
-        ) from None
+    schedule = decode_body(_decoder.decode, row.body, "schedules", row.schedule_id)
     if (
         schedule.schedule_id != row.schedule_id
-        or schedule.revision != row.revision
+        or schedule.fence != row.revision
         or schedule.status != row.status
     ):
         raise CorruptRecord(
-            f"schedule {row.schedule_id!r}: body names {schedule.schedule_id!r} revision "
-            f"{schedule.revision} ({schedule.status}), row revision {row.revision} ({row.status})",
+            f"schedule {row.schedule_id!r}: body names {schedule.schedule_id!r} fence "
+            f"{schedule.fence} ({schedule.status}), row revision {row.revision} ({row.status})",
             table="schedules",
             key=row.schedule_id,
         )

@@ -25,8 +25,8 @@ loop wakes :data:`ARM_LEAD_S` early and *arms* what is due by then
 (:meth:`ScheduleService.arm`): on a private copy of the cached schedule it
 decides the step as of the instant and prepares the run (deployment read,
 inputs validated). At the instant ``tick`` uses the preparation only if
-nothing it read has changed: the schedule's revision (an edit, pause or
-delete also drops it), the schedule's unfinished-run count, the deployment
+nothing it read has changed: the schedule's fence (any stored write; an edit,
+pause or delete also drops it), the schedule's unfinished-run count, the deployment
 saves (:attr:`~wf.runtime.api.WorkflowAPI.deployment_writes`), and ``now``
 still before the trigger's following instant and within the misfire
 allowance, so ``next_step`` would decide the same. Otherwise it is discarded
@@ -63,9 +63,25 @@ while it waits, so the time skipper replaces it with one that skips time
 toward the deadline. Whatever else is running keeps its stored state: the
 run engine's recovery at the next start handles it truthfully.
 
+**Revisions.** An admission writes the schedule under its ``fence`` (the
+store row's compare-and-set revision) and leaves its ``revision`` alone: only
+an operator's edit moves that, so a get-then-update does not race admission.
+
+**Finished.** A schedule whose trigger yields no further instant once its
+watermark has passed it (a one-shot that was admitted, skipped or rejected)
+and holds no candidate is marked ``finished_at`` in one more write: its views
+say ``finished`` and it never needs attention again.
+
+**Per-schedule allowance.** ``misfire="skip"`` drops starts later than the
+schedule's own ``misfire_lateness_s`` when it has one, else the server's
+``server.scheduler.misfire_lateness_s``.
+
 **Fail closed.** A schedule whose record, or one of whose runs' records, does
 not decode is *blocked*: no admission, and its overlap is never cleared by
-guessing; :attr:`ScheduleService.blocked` and ``get_schedule`` say why.
+guessing; :attr:`ScheduleService.blocked` (the API's
+:attr:`~wf.schedules.api.ScheduleAPI.blocked`, so ``get_schedule`` and
+``list_schedules`` answer ``status: "blocked"`` with the reason and no
+``next_instant``) says why.
 """
 
 from __future__ import annotations
@@ -90,7 +106,13 @@ from wf.runtime.runs import Trigger as RunTrigger
 from wf.schedules.admission import Occurrence, Step, next_step, next_wake
 from wf.schedules.api import ScheduleAPI, occurrence_row
 from wf.schedules.config import ScheduleServiceConfig
-from wf.schedules.model import Schedule, next_instant_after, schedule_from_row, schedule_row
+from wf.schedules.model import (
+    OneShotTrigger,
+    Schedule,
+    next_instant_after,
+    schedule_from_row,
+    schedule_row,
+)
 
 log = logging.getLogger("wf.schedules")
 
@@ -109,8 +131,8 @@ class _Armed:
     """An admission prepared ahead of its instant, valid while nothing it read changed."""
 
     instant: float
-    revision: int
-    """The schedule revision it was computed from."""
+    fence: int
+    """The schedule fence it was computed from (any stored write moves it)."""
     unfinished: int
     """The schedule's unfinished scheduled runs then (overlap)."""
     deployment_writes: int
@@ -154,8 +176,9 @@ class ScheduleService:
         self.clock: Clock = clock or api.clock
         self.state = "stopped"
         """``stopped``, ``running`` or ``draining``."""
-        self.blocked: dict[str, str] = {}
-        """Schedules refused admission because their records are corrupt, and why."""
+        self.blocked: dict[str, str] = api.blocked
+        """Schedules refused admission because their records are corrupt, and why
+        (the API's own dict, so its views say so)."""
         self.lateness_s: deque[float] = deque(maxlen=LATENESS_SAMPLES_MAX)
         """Admission lateness (admission instant minus occurrence instant) samples."""
         self.admitted_total = 0
@@ -383,7 +406,6 @@ class ScheduleService:
                 self.armed_discarded += 1
                 armed = None
             while self.state == "running":
-                base = schedule.revision
                 prepared: tuple[Run, Plan] | None = None
                 if armed is not None:
                     schedule, step = armed.schedule, armed.step
@@ -395,15 +417,22 @@ class ScheduleService:
                         schedule,
                         now,
                         unfinished=len(self._unfinished[schedule_id]),
-                        allowance_s=self.config.misfire_lateness_s,
+                        allowance_s=self.allowance(schedule),
                     )
                     if maybe is None:
                         break
                     step = maybe
-                schedule.revision = base + 1
+                base = schedule.fence
+                schedule.fence = base + 1
                 schedule.updated_at = now
                 await self._store_step(schedule, base, step, now, prepared)
                 recorded += len(step.record)
+            if self.state == "running" and _finishes(schedule):
+                base = schedule.fence
+                schedule.finished_at = now
+                schedule.fence = base + 1
+                schedule.updated_at = now
+                await self.api.store.put_schedule(schedule_row(schedule), expected_revision=base)
             self._schedules[schedule_id] = schedule
             self._plan_wake(schedule)
         return recorded
@@ -458,9 +487,8 @@ class ScheduleService:
         unfinished = len(self._unfinished[schedule_id])
         writes = self.api.workflow.deployment_writes
         copy = _copy(schedule)
-        step = next_step(
-            copy, instant, unfinished=unfinished, allowance_s=self.config.misfire_lateness_s
-        )
+        allowance = self.allowance(schedule)
+        step = next_step(copy, instant, unfinished=unfinished, allowance_s=allowance)
         if step is None or step.admit is None:
             return False  # nothing to admit then: the instant's own pass records it
         try:
@@ -468,10 +496,10 @@ class ScheduleService:
         except WfError:
             return False  # the instant's own pass records the rejection
         following = next_instant_after(schedule.trigger, instant)
-        limit = instant + self.config.misfire_lateness_s
+        limit = instant + allowance
         self._armed[schedule_id] = _Armed(
             instant=instant,
-            revision=schedule.revision,
+            fence=schedule.fence,
             unfinished=unfinished,
             deployment_writes=writes,
             valid_until=limit if following is None else min(following, limit),
@@ -485,11 +513,17 @@ class ScheduleService:
     def _still_valid(self, armed: _Armed, schedule: Schedule, unfinished: int, now: float) -> bool:
         """Whether ``next_step`` at ``now`` would decide what ``armed`` decided then."""
         return (
-            armed.revision == schedule.revision
+            armed.fence == schedule.fence
             and armed.unfinished == unfinished
             and armed.deployment_writes == self.api.workflow.deployment_writes
             and armed.instant <= now < armed.valid_until
         )
+
+    def allowance(self, schedule: Schedule) -> float:
+        """The misfire allowance of ``schedule``: its own, else the server's."""
+        if schedule.misfire_lateness_s is not None:
+            return schedule.misfire_lateness_s
+        return self.config.misfire_lateness_s
 
     async def _prepare(self, schedule: Schedule, instant: float) -> tuple[Run, Plan]:
         return await self.api.workflow.prepare_run(
@@ -656,6 +690,20 @@ _decoder: Final = msgspec.json.Decoder(Schedule)
 def _copy(schedule: Schedule) -> Schedule:
     """A deep copy (admission decisions change a schedule in place)."""
     return _decoder.decode(_encoder.encode(schedule))
+
+
+def _finishes(schedule: Schedule) -> bool:
+    """Whether ``schedule`` has just run out of instants (see "Finished"). Only a
+    one-shot can: a valid cron expression always has a next instant (and asking
+    croniter on every admission would double its cost)."""
+    return (
+        isinstance(schedule.trigger, OneShotTrigger)
+        and schedule.finished_at is None
+        and not schedule.deleted
+        and not schedule.paused
+        and schedule.candidate is None
+        and next_wake(schedule) is None
+    )
 
 
 def _created_at(run: Run, now: float) -> Run:

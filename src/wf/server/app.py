@@ -52,20 +52,24 @@ from wf.schedules.service import ScheduleService
 from wf.server.auth import Authenticator
 from wf.server.cluster import ClusterRole
 from wf.server.config import ServerConfig, TlsConfig
+from wf.server.console import Console
 from wf.server.http_edge import HttpEdge, bearer_token, rpc_error
 from wf.server.logs import OutcomeLogger, RpcCallLogger
 from wf.server.metrics import ServerMetrics
 from wf.server.redaction import install_log_redaction
+from wf.server.retention import RetentionTask
 from wf.server.rpc import Caller, Dispatcher, Registry, authorize
+from wf.server.run_signals import RunMetrics, RunProgressLogger
 from wf.server.schedule_rpc import register_schedule_methods
 from wf.server.scheduler_api import SchedulerAPI
 from wf.server.tracing import TRACEPARENT_HEADER, install, make_tracing
+from wf.server.unserved import UnservedWatch
 from wf.server.workflow_rpc import register_workflow_methods
 from wf.store import make_store
 from wf.wire.cluster_methods import STATUS as CLUSTER_STATUS
 from wf.wire.cluster_methods import ClusterStatus
 from wf.wire.contract import METHODS
-from wf.wire.methods import DISCOVER, NoParams
+from wf.wire.methods import DISCOVER, WHOAMI, Identity, NoParams
 
 SHUTDOWN_GRACE_S = 10.0
 """How long in-flight requests may take after a stop was asked for."""
@@ -102,9 +106,17 @@ class WfServer:
             postgres_schema=section.store.postgres_schema,
             durability=section.store.durability,
         )
+        dispatch = config.dispatch
+        if dispatch.start_on_grant is None:
+            # A PostgreSQL store may have standbys: a failover loses poll answers, and
+            # the grants in them must stay requeueable (docs/architecture.md).
+            dispatch = msgspec.structs.replace(
+                dispatch,
+                start_on_grant="may_restart" if section.store.postgres_dsn else "any",
+            )
         self.node = SchedulerNode(
             store,
-            config.dispatch,
+            dispatch,
             clock=clock,
             recovery_deadline_s=section.store.recovery_deadline_s,
             recovery_backoff_max_s=section.store.recovery_backoff_max_s,
@@ -115,6 +127,10 @@ class WfServer:
         self.scheduler.register_methods(self.registry)
         self.engine = RunEngine(store, self.node, self.node.clock)
         """The DAG engine driving workflow runs on this node."""
+        self.retention = RetentionTask(store, section.store.retention, self.node.clock)
+        """Periodic pruning (``server.store.retention``), on the active node only."""
+        self.unserved = UnservedWatch(self.node, self.node.clock)
+        """Warns about activity types no worker takes, on the active node only."""
         self.workflow = WorkflowAPI(
             store, self.node.clock, policies=tuple(config.dispatch.policies), engine=self.engine
         )
@@ -133,6 +149,7 @@ class WfServer:
         register_schedule_methods(lambda: self.schedules, self.registry)
         register_workflow_methods(self.workflow, self.registry)
         self.registry.handle(DISCOVER, self._discover)
+        self.registry.handle(WHOAMI, self._whoami)
         self.registry.handle(CLUSTER_STATUS, self._cluster_status)
         self.registry.check()  # a declared method without a handler: refuse to start
         self.cluster = ClusterRole(
@@ -147,6 +164,8 @@ class WfServer:
         )
         self.dispatcher.call_observers += [self.metrics.observe_call, RpcCallLogger()]
         self.node.listeners.append(OutcomeLogger(self.node))
+        # run.admitted / run.completed / run.failed / run.cancelled lines and run metrics.
+        self.engine.listeners += [RunProgressLogger(), RunMetrics(self.metrics.registry)]
         self.tracing = make_tracing(section.observability)
         install(self.tracing, self.node, self.scheduler)
         self.authenticator = Authenticator(
@@ -162,14 +181,20 @@ class WfServer:
         self.app.router.add_get("/healthz", self._health)
         self.app.router.add_get(READY_PATH, self._ready)
         self.app.router.add_get(METRICS_PATH, self._metrics)
+        if section.ui.enabled:  # the operator console: static files only (docs/console.md)
+            Console().install(self.app)
         self.after_start: list[Callable[[], Awaitable[None]]] = []
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self.port: int | None = None
         self.recovery: RecoveryReport | None = None
 
-    async def _discover(self, params: NoParams, caller: Caller) -> list[dict[str, Any]]:
-        return self.registry.describe()
+    async def _discover(self, params: NoParams, caller: Caller) -> dict[str, Any]:
+        return self.registry.openrpc()
+
+    async def _whoami(self, params: NoParams, caller: Caller) -> Identity:
+        tenants = None if caller.tenants is None else sorted(caller.tenants)
+        return Identity(identity=caller.identity, role=caller.role, tenants=tenants)
 
     async def _cluster_status(self, params: NoParams, caller: Caller) -> ClusterStatus:
         return await self.cluster.status()
@@ -258,12 +283,16 @@ class WfServer:
         store = self.cluster.store
         if store is not None:
             await store.arm_liveness(self.config.server.cluster.session_timeout_s)
+        self.retention.start()
+        self.unserved.start()
         return report
 
     async def _deactivate(self) -> None:
         """Stop acting as the active node without writing (the cluster's callback when
         another node took over): open polls answer at once, the schedule service and
         run engine stop without draining, ownership is given up."""
+        await self.retention.stop()
+        await self.unserved.stop()
         self.scheduler.release_polls()
         if self.schedule_service is not None:
             await self.schedule_service.stop(drain=False)
@@ -294,6 +323,8 @@ class WfServer:
         """Drain: stop admitting scheduled runs and let them finish (within the grace),
         stop listening, let requests finish, stop the node (an active cluster node
         releases ownership, and a standby takes over)."""
+        await self.retention.stop()
+        await self.unserved.stop()
         await self.cluster.stop()
         if self.schedule_service is not None:
             await self.schedule_service.stop()

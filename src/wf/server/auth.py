@@ -76,7 +76,7 @@ class CredentialConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         if self.token_sha256 is not None and not _HASH_FORM.fullmatch(self.token_sha256):
             raise InvalidArgument(
                 f"credential {self.name!r}: token_sha256 must be 'sha256:<64 hex digits>' "
-                "(wf-rpc-server hash-token TOKEN prints it)",
+                "(wf-rpc-server hash-token prints it for a token on standard input)",
                 field="token_sha256",
             )
         if self.role != "worker" and (

@@ -48,10 +48,11 @@ import asyncio
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from wf.errors import (
     NotLeader,
@@ -62,11 +63,13 @@ from wf.errors import (
 )
 from wf.node import RecoveryReport, SchedulerNode
 from wf.server.config import ClusterConfig
-from wf.store.postgres import PostgresStore
-from wf.store.postgres_cluster import NodeReport
-from wf.store.postgres_follow import WarmCopy, differences
 from wf.store.protocol import StoredState
 from wf.wire.cluster_methods import ClusterStatus, NodeView, Role
+
+if TYPE_CHECKING:
+    # psycopg is the ``postgres`` extra: a SQLite-only install never imports these.
+    from wf.store.postgres import PostgresStore
+    from wf.store.postgres_follow import WarmCopy
 
 log = logging.getLogger("wf.server.cluster")
 
@@ -97,7 +100,7 @@ class ClusterRole:
         self.node = node
         self.config = config
         store = node.store
-        self.store: PostgresStore | None = store if isinstance(store, PostgresStore) else None
+        self.store: PostgresStore | None = _postgres_store(store)
         """The PostgreSQL store, or ``None`` on SQLite (one server, always active)."""
         self.node_id = config.node_id or default_node_id()
         self.advertise_url = config.advertise_url
@@ -480,6 +483,8 @@ class ClusterRole:
         if copy.seq > full.seq or not await store.catch_up(copy, until=full.seq):
             self._copy = full
             return
+        from wf.store.postgres_follow import differences
+
         found = differences(copy, full)
         if found:
             log.error(
@@ -506,6 +511,8 @@ class ClusterRole:
         store = self.store
         if store is None:
             return
+        from wf.store.postgres_cluster import NodeReport
+
         active = self.role == "active"
         try:
             await store.report_node(
@@ -539,3 +546,13 @@ def _role(text: str) -> Role:
     if text in ("active", "standby", "starting", "stopping"):
         return text  # type: ignore[return-value]
     return "standby"
+
+
+def _postgres_store(store: object) -> PostgresStore | None:
+    """``store`` if it is a PostgreSQL store. Only a loaded :mod:`wf.store.postgres` can
+    have made one, so a SQLite server never imports psycopg (the ``postgres`` extra)."""
+    module = sys.modules.get("wf.store.postgres")
+    if module is None:
+        return None
+    found: PostgresStore | None = store if isinstance(store, module.PostgresStore) else None
+    return found

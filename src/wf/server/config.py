@@ -37,6 +37,24 @@ from wf.errors import InvalidArgument
 from wf.scheduler.config import SchedulerConfig
 from wf.schedules.config import ScheduleServiceConfig
 from wf.server.auth import CredentialConfig, check_credentials
+from wf.wire.bounds import DURATION_MAX_S
+
+
+class RetentionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the server prunes from its store, and how often (docs/deploy.md, Retention).
+
+    Off by default: nothing is ever removed until ``older_than_s`` is set."""
+
+    older_than_s: Annotated[float, msgspec.Meta(ge=0, le=DURATION_MAX_S)] = 0.0
+    """Remove finished runs (with their activities and transitions), finished standalone
+    activities and old schedule occurrences once they are this old (``0``: never)."""
+    interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=DURATION_MAX_S)] = 3_600.0
+    """Time between two pruning passes (the first runs one interval after start); at
+    least 0.1 s, so a typo cannot make the passes back-to-back."""
+    batch: Annotated[int, msgspec.Meta(ge=1, le=5_000)] = 500
+    """Rows of a kind one batch deletes (one short write transaction each)."""
+    batch_pause_s: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.05
+    """Pause between two batches of a pass, so a backlog never crowds out the writes."""
 
 
 class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -55,6 +73,8 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     before it exits (code 3) for a supervisor to restart it."""
     recovery_backoff_max_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
     """Longest pause between two reload attempts (from 0.1 s, doubling)."""
+    retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
+    """Periodic pruning of what finished long ago (off by default)."""
 
 
 class TlsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -162,6 +182,13 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             )
 
 
+class UiConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``server.ui``: the operator console in the browser (docs/console.md)."""
+
+    enabled: bool = True
+    """Serve the console at ``/ui`` (and redirect ``/`` there); off: both are 404."""
+
+
 class ServerSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The ``server`` section."""
 
@@ -173,6 +200,7 @@ class ServerSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     observability: ObservabilityConfig = msgspec.field(default_factory=ObservabilityConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
+    ui: UiConfig = msgspec.field(default_factory=UiConfig)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -20,16 +20,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, Protocol, Self, TypeVar, overload
 
 from wf.activities import BUILTIN_ACTIVITIES
-from wf.client.app import App
+from wf.client.app import App, wait_for_run
 from wf.clock import Clock
 from wf.errors import Conflict
 from wf.runtime.api import WorkflowAPI
+from wf.runtime.plan import params_of
 from wf.scheduler.config import SchedulerConfig
 from wf.schedules.api import ScheduleAPI
 from wf.server.app import WfServer
@@ -123,8 +124,13 @@ class LocalApi:
     start_run = _AsAdmin(App.start_run)
     inspect_run = _AsAdmin(App.inspect_run)
     list_runs = _AsAdmin(App.list_runs)
+    count_runs = _AsAdmin(App.count_runs)
     resume_run = _AsAdmin(App.resume_run)
     cancel_run = _AsAdmin(App.cancel_run)
+
+    async def wait_for_run(self, run_id: str, timeout: float | None = None) -> dict[str, Any]:  # noqa: ASYNC109
+        """Wait until a run stops, as :meth:`App.wait_for_run <wf.client.app.App.wait_for_run>`."""
+        return await wait_for_run(self.inspect_run, run_id, timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,10 +178,21 @@ class LocalStaticServer:
             schedules_api=self.server.schedules,
         )
         self._activities = list(activities)
+        # Plans created here are checked against the parameters of these activities.
+        self.server.workflow.activity_params.update(
+            {d.name: params_of(d.fn) for d in self._activities}
+        )
         self._worker_count = workers
         self._max_concurrency = max_concurrency
+        self._clock = clock
+        # The server's clock for the in-process workers too: an early grant then waits
+        # for its instant on the same (possibly virtual) clock the server granted it on.
         self.workers: list[Worker] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self.before_workers_stop: Callable[[], Awaitable[None]] | None = None
+        """Awaited by :meth:`stop` before the workers stop: a time skipper
+        (:mod:`wf.testing.timeskip`) brings the virtual clock to the instant of the
+        early grants they hold, which their graceful shutdown runs at that instant."""
 
     @property
     def url(self) -> str:
@@ -196,6 +213,7 @@ class LocalStaticServer:
                 worker_id=f"local-{index + 1}",
                 max_concurrency=self._max_concurrency,
                 poll_wait_s=5.0,
+                clock=self._clock,
             )
             self.workers.append(worker)
             self._tasks.append(asyncio.create_task(worker.run(), name=f"wf-local-worker-{index}"))
@@ -205,6 +223,8 @@ class LocalStaticServer:
         workers, then the server."""
         if self.server.schedule_service is not None:
             await self.server.schedule_service.stop()
+        if self.before_workers_stop is not None:
+            await self.before_workers_stop()
         for worker in self.workers:
             await worker.shutdown()
         for task in self._tasks:
@@ -239,7 +259,8 @@ def build_local_static_workflow_server(
     ``[]`` for a server without in-process workers (remote workers only).
     ``schedules=True`` keeps deployment schedules (``server.api.schedules``);
     admission runs once :func:`wf.schedules.build_scheduler_service` starts.
-    ``clock`` replaces the system clock (a virtual clock for time-skipping tests).
+    ``clock`` replaces the system clock of the server and its in-process workers (a
+    virtual clock for time-skipping tests).
     ``durability="process"`` skips the fsync per commit (commits survive a killed
     process, not a power loss): for tests.
     """

@@ -5,8 +5,10 @@
 command-line flags override the file. SIGTERM and SIGINT drain (stop
 admitting scheduled runs and let them finish, stop the in-process workers,
 stop listening, finish requests in flight, flush the store, release
-ownership). ``wf-rpc-server hash-token TOKEN`` prints the hash to put in a
-credential.
+ownership). ``wf-rpc-server hash-token`` reads a token from standard input
+(never the command line, which other users of the host can read) and prints
+the hash to put in a credential. ``--log-level`` and ``--log-format``
+override ``server.observability``; ``--version`` prints the version.
 
 ``--workers N`` runs N in-process workers serving
 :data:`wf.activities.BUILTIN_ACTIVITIES` over loopback, with the same
@@ -43,6 +45,7 @@ from pathlib import Path
 
 import msgspec
 
+from wf import __version__
 from wf.activities import BUILTIN_ACTIVITIES
 from wf.errors import InvalidArgument, WfError
 from wf.server.auth import hash_token
@@ -50,7 +53,7 @@ from wf.server.config import ServerConfig, ServerSection, load_config
 from wf.server.http_edge import raise_open_files_limit
 from wf.server.local import LocalStaticServer
 from wf.server.logs import configure_logging
-from wf.server.sample import RunProgressLogger, SampleReport, install_sample
+from wf.server.sample import SampleReport, install_sample
 from wf.tuning import run, tune_gc
 
 SAMPLE_WORKERS = 2
@@ -65,7 +68,13 @@ EXIT_WRITES_STOPPED = 3
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``wf-rpc-server`` argument parser."""
-    parser = argparse.ArgumentParser(prog="wf-rpc-server", description="run a wf server")
+    parser = argparse.ArgumentParser(
+        prog="wf-rpc-server",
+        description="run a wf server",
+        epilog="wf-rpc-server hash-token: print the hash of a token read on standard input "
+        "(for a credential's token_sha256; docs/security.md)",
+    )
+    parser.add_argument("--version", action="version", version=f"wf-rpc-server {__version__}")
     parser.add_argument("--store-root", help="embedded store folder (SQLite)")
     parser.add_argument("--config", type=Path, help="JSON configuration file")
     parser.add_argument(
@@ -95,7 +104,22 @@ def build_parser() -> argparse.ArgumentParser:
         "(several servers on one PostgreSQL store, docs/ha.md)",
     )
     parser.add_argument("--node-id", help="this server's id in a cluster (default: host-pid-time)")
-    parser.add_argument("hash_token", nargs="*", metavar="hash-token TOKEN", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--no-ui",
+        action="store_true",
+        help="do not serve the operator console at /ui (docs/console.md)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        help="root log level (default info, or the config file's)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("json", "text"),
+        help="log lines as JSON objects or text (default json, or the config file's)",
+    )
+    parser.add_argument("hash_token", nargs="*", metavar="hash-token", help=argparse.SUPPRESS)
     return parser
 
 
@@ -114,6 +138,14 @@ def apply_flags(config: ServerConfig, args: argparse.Namespace) -> ServerConfig:
         cluster = msgspec.structs.replace(cluster, advertise_url=args.advertise_url)
     if args.node_id is not None:
         cluster = msgspec.structs.replace(cluster, node_id=args.node_id)
+    ui = server.ui
+    if args.no_ui:
+        ui = msgspec.structs.replace(ui, enabled=False)
+    observability = server.observability
+    if args.log_level is not None:
+        observability = msgspec.structs.replace(observability, log_level=args.log_level)
+    if args.log_format is not None:
+        observability = msgspec.structs.replace(observability, log_format=args.log_format)
     scheduler = server.scheduler
     if args.enable_scheduler or args.sample:
         scheduler = msgspec.structs.replace(scheduler, enabled=True)
@@ -122,6 +154,8 @@ def apply_flags(config: ServerConfig, args: argparse.Namespace) -> ServerConfig:
         store=store,
         cluster=cluster,
         scheduler=scheduler,
+        ui=ui,
+        observability=observability,
         host=args.host if args.host is not None else server.host,
         port=args.port if args.port is not None else server.port,
     )
@@ -162,8 +196,6 @@ async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False)
         config, BUILTIN_ACTIVITIES, workers=workers, max_concurrency=WORKER_CONCURRENCY
     )
     server = local.server
-    if sample:
-        server.engine.listeners.append(RunProgressLogger())
     cluster = server.cluster
     await local.start()
     # Booted (recovery included): keep what lives as long as the process out of
@@ -205,7 +237,8 @@ async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False)
         if sample:
             installed = await install_sample(server)
             print(json.dumps({"event": "sample", **installed.to_dict()}), flush=True)
-            print(sample_hint(installed, server.port, workers), file=sys.stderr, flush=True)
+            hint = sample_hint(installed, server.port, workers, ui=config.server.ui.enabled)
+            print(hint, file=sys.stderr, flush=True)
         # A cluster node that gives up on its store steps down and campaigns again
         # (docs/ha.md); a lone SQLite server exits for its supervisor to restart it.
         gave_up = asyncio.ensure_future(
@@ -230,9 +263,21 @@ async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False)
     return EXIT_WRITES_STOPPED if writes_stopped else 0
 
 
-def sample_hint(report: SampleReport, port: int | None, workers: int) -> str:
-    """What ``--sample`` did and the ``wf`` commands to watch it, for people."""
+def wf_command() -> str:
+    """How a person runs ``wf`` here: ``uv run wf`` from a source checkout (``src/wf``
+    beside a ``pyproject.toml``, as ``uv run`` uses it), plain ``wf`` when installed as a
+    package (a wheel in a virtual environment or a container)."""
+    package = Path(__file__).resolve().parents[1]
+    checkout = package.parents[1]
+    from_source = package.parent.name == "src" and (checkout / "pyproject.toml").is_file()
+    return "uv run wf" if from_source else "wf"
+
+
+def sample_hint(report: SampleReport, port: int | None, workers: int, *, ui: bool = False) -> str:
+    """What ``--sample`` did and the ``wf`` commands to watch it (and the console's
+    address when ``ui``), for people."""
     url = f"http://127.0.0.1:{port}"
+    wf = wf_command()
     # ``wf``'s commands default to the server's default address.
     server = "" if port == ServerSection().port else f" --server {url}"
     lines = [
@@ -241,11 +286,12 @@ def sample_hint(report: SampleReport, port: int | None, workers: int) -> str:
         + (f"; already there: {', '.join(report.existing)}" if report.existing else ""),
         f"wf-rpc-server: {report.oneshot_id} fires at {report.oneshot_at}"
         + (f", {report.cron_id} every minute" if report.cron_id else ""),
+        *([f"wf-rpc-server: watch it in a browser: {url}/ui (the operator console)"] if ui else []),
         "wf-rpc-server: watch it from another terminal:",
-        f"    uv run wf schedules occurrences {report.oneshot_id}{server}",
-        f"    uv run wf schedules list{server}",
-        f"    uv run wf runs list{server}",
-        f"    uv run wf runs inspect RUN_ID{server}   # a run id from the lists",
+        f"    {wf} schedules occurrences {report.oneshot_id}{server}",
+        f"    {wf} schedules list{server}",
+        f"    {wf} runs list{server}",
+        f"    {wf} runs inspect RUN_ID{server}   # a run id from the lists",
         "wf-rpc-server: Ctrl-C (SIGINT) or SIGTERM drains and stops",
     ]
     if workers == 0:
@@ -256,15 +302,30 @@ def sample_hint(report: SampleReport, port: int | None, workers: int) -> str:
     return "\n".join(lines)
 
 
+def _hash_token(words: Sequence[str]) -> int:
+    """``hash-token``: the hash of the token on standard input (one line)."""
+    if list(words) != ["hash-token"]:
+        print(
+            "wf-rpc-server: error: usage: wf-rpc-server hash-token < FILE (the token is read "
+            "from standard input: on the command line other users of the host could read it)",
+            file=sys.stderr,
+        )
+        return 2
+    if sys.stdin.isatty():
+        print("wf-rpc-server: token (then Enter): ", end="", file=sys.stderr, flush=True)
+    token = sys.stdin.readline().rstrip("\r\n")
+    if not token:
+        print("wf-rpc-server: error: no token on standard input", file=sys.stderr)
+        return 2
+    print(hash_token(token))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     args = build_parser().parse_args(argv)
     if args.hash_token:
-        if len(args.hash_token) != 2 or args.hash_token[0] != "hash-token":
-            print("wf-rpc-server: error: usage: wf-rpc-server hash-token TOKEN", file=sys.stderr)
-            return 2
-        print(hash_token(args.hash_token[1]))
-        return 0
+        return _hash_token(args.hash_token)
     try:
         config = apply_flags(load_config(args.config), args)
         workers = worker_count(config, args)

@@ -20,7 +20,15 @@ do not clash. Two kinds of series live in it:
   Prometheus treats as a counter reset (``rate()`` handles it).
 * **The shell's own observations**: the latency of every JSON-RPC call per
   method and the errors per method and code, fed by the dispatcher's
-  call observers (:meth:`ServerMetrics.observe_call`).
+  call observers (:meth:`ServerMetrics.observe_call`); and the scheduling
+  latency (:class:`GrantLatency`, a node listener): from the instant an
+  activity entered the ready queue to the instant its grant was committed
+  and could be handed to its worker, per activity type (a bounded label).
+  The core's own figure of the same span (``wf_queue_wait_seconds``) is
+  measured in command time, so it is exactly 0 whenever a worker was
+  already waiting: the activity is queued and granted by one command, and
+  the commit that makes the grant real comes after it. That is why the
+  scheduling latency is observed here, after the commit, with the clock.
 * **The deployment-schedule service's figures**, read at scrape time by
   :class:`ScheduleCollector` from whatever service the server holds then
   (``server.schedule_service``; nothing at all while it is ``None``): its
@@ -57,7 +65,10 @@ from prometheus_client.process_collector import ProcessCollector
 from wf.node import SchedulerNode
 from wf.scheduler.backpressure import BackpressureLevel
 from wf.scheduler.metrics import LATENCY_BUCKETS_S, CoreMetrics
+from wf.scheduler.outputs import LeaseGranted, Outcome
 from wf.server.rpc import Caller
+from wf.server.run_signals import BoundedLabel
+from wf.server.unserved import UnservedCollector
 
 if TYPE_CHECKING:
     from wf.schedules.service import ScheduleService
@@ -105,6 +116,8 @@ COUNTERS: Final = (
 
 LATENESS_QUANTILES: Final = (0.5, 0.9, 0.99, 1.0)
 """Quantiles of ``wf_schedule_admission_lateness_seconds`` (1.0 is the window's maximum)."""
+ACTIVITY_TYPE_LABELS_MAX: Final = 100
+"""Distinct ``activity_type`` label values; later types are counted as ``other``."""
 
 
 class CoreCollector:
@@ -175,8 +188,9 @@ def _latency(metrics: CoreMetrics) -> HistogramMetricFamily:
         buckets.append((_bound(bound), cumulative))
     buckets.append(("+Inf", metrics.latency_count))
     return HistogramMetricFamily(
-        "wf_scheduling_latency_seconds",
-        "Time from entering the ready queue to being leased.",
+        "wf_queue_wait_seconds",
+        "Time from entering the ready queue to being leased, in the core's command time "
+        "(0 when a worker was already waiting; see wf_scheduling_latency_seconds).",
         buckets=buckets,
         sum_value=metrics.latency_sum_s,
     )
@@ -309,6 +323,35 @@ class ClusterCollector:
         )
 
 
+class GrantLatency:
+    """A node listener: observes ``wf_scheduling_latency_seconds`` for every grant once
+    its commit landed (see the module docstring).
+
+    The ready instant is the activity's ``queued_at`` in the core
+    (:meth:`~wf.node_reads.NodeReads.queued_at`), read as the listener is told
+    (right after the commit, before the grant is handed out, so the activity is
+    still held under that lease; a grant whose activity has moved on since is
+    skipped rather than mismeasured)."""
+
+    def __init__(self, node: SchedulerNode, histogram: Histogram) -> None:
+        self.node = node
+        self.histogram = histogram
+        self.activity_type = BoundedLabel(ACTIVITY_TYPE_LABELS_MAX)
+
+    def __call__(self, outcome: Outcome) -> None:
+        grants = [d for d in outcome.decisions if type(d) is LeaseGranted]
+        if not grants:
+            return
+        now = self.node.clock.now()
+        queued_at = self.node.reads.queued_at
+        for grant in grants:
+            ready_at = queued_at(grant.lease.activity_id, grant.lease.token)
+            if ready_at is None:
+                continue
+            label = self.activity_type(grant.activity_type)
+            self.histogram.labels(label).observe(max(0.0, now - ready_at))
+
+
 class ServerMetrics:
     """One server's registry: the core collector, the RPC series and, given a way to
     find the schedule service (``schedule_service``), the schedule collector."""
@@ -323,6 +366,7 @@ class ServerMetrics:
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(CoreCollector(node))
+        self.registry.register(UnservedCollector(node))
         if cluster is not None:
             self.registry.register(ClusterCollector(cluster))
         if schedule_service is not None:
@@ -343,6 +387,16 @@ class ServerMetrics:
             registry=self.registry,
         )
         self._latency_by_method: dict[str, Any] = {}
+        self.scheduling_latency = Histogram(
+            "wf_scheduling_latency_seconds",
+            "Time from entering the ready queue to the grant's commit (the lease can be "
+            "handed out), per activity type (the first "
+            f"{ACTIVITY_TYPE_LABELS_MAX} seen; later ones as 'other').",
+            ["activity_type"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        node.listeners.append(GrantLatency(node, self.scheduling_latency))
 
     def observe_call(
         self, method: str, duration_s: float, error: str | None, caller: Caller

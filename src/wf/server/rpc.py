@@ -127,6 +127,7 @@ class Registry:
         """Every method the server must serve, by name."""
         self.methods: dict[str, Method[Any]] = {}
         """The methods with their handlers, by name."""
+        self._openrpc: dict[str, Any] | None = None
         for spec in contract:
             self.declare(spec)
 
@@ -152,6 +153,15 @@ class Registry:
         missing = sorted(set(self.declared) - set(self.methods))
         if missing:
             raise ContractMismatch(f"declared methods without a handler: {', '.join(missing)}")
+
+    def openrpc(self) -> dict[str, Any]:
+        """The ``rpc.discover`` answer: the served methods as an OpenRPC document
+        (:mod:`wf.server.openrpc`), built once (the registry is fixed once serving)."""
+        if self._openrpc is None:
+            from wf.server.openrpc import openrpc_document
+
+            self._openrpc = openrpc_document(m.spec for m in self.methods.values())
+        return self._openrpc
 
     def describe(self) -> list[dict[str, Any]]:
         """The method listing: name, summary, access and parameter JSON Schema."""

@@ -24,26 +24,26 @@ either, so every start creates a *fresh* one-shot: ``hello-soon`` on a new
 store, then ``hello-soon-2``, ``hello-soon-3``, ... The ids are in the
 :class:`SampleReport` (``wf-rpc-server`` prints it).
 
-:class:`RunProgressLogger` is an engine listener that logs one line when a run
-is admitted (``run.admitted``) and one when it reaches a final status
-(``run.completed``, ``run.failed``, ``run.exhausted``, ``run.cancelled``), so
-progress is visible in the server's log without polling it.
+Every server (not only the sample) logs one line when a run is admitted
+(``run.admitted``) and one when it reaches a final status (``run.completed``,
+``run.failed``, ``run.exhausted``, ``run.cancelled``): see
+:mod:`wf.server.run_signals` (``RunProgressLogger`` is re-exported here).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from wf.errors import Conflict, NotFound
-from wf.runtime.runs import Run, RunStatus
 from wf.server.app import WfServer
 from wf.server.rpc import ANONYMOUS_ADMIN
+from wf.server.run_signals import RunProgressLogger
+
+__all__ = ["RunProgressLogger", "SampleReport", "install_sample"]
 
 ARTIFACT_ID: Final = "hello_schedule"
 """The sample artifact."""
@@ -207,74 +207,3 @@ async def install_sample(server: WfServer, *, delay_s: float = ONESHOT_DELAY_S) 
         oneshot_at=at.isoformat(timespec="seconds").replace("+00:00", "Z"),
         cron_id=cron_id,
     )
-
-
-def _iso(instant: float | None) -> str | None:
-    if instant is None:
-        return None
-    return datetime.fromtimestamp(instant, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-class RunProgressLogger:
-    """An engine listener: a line per admitted run and per finished run (see module doc)."""
-
-    FINISHED_KEPT: Final = 10_000
-    """Finished run ids remembered (so a repeated notification logs nothing)."""
-
-    def __init__(self, logger: logging.Logger | None = None) -> None:
-        self.log = logger or log
-        self._admitted: set[str] = set()
-        self._finished: OrderedDict[str, None] = OrderedDict()
-
-    def __call__(self, run: Run) -> None:
-        run_id = run.run_id
-        if run_id in self._finished:
-            return
-        trigger = run.trigger
-        source = f"schedule {trigger.schedule_id}" if trigger.kind == "schedule" else trigger.kind
-        common: dict[str, Any] = {
-            "run_id": run_id,
-            "deployment_id": run.deployment_id,
-            "schedule_id": trigger.schedule_id,
-            "occurrence": _iso(trigger.occurrence),
-        }
-        if not run.final:
-            if run.status is not RunStatus.ADMITTED or run_id in self._admitted:
-                return
-            self._admitted.add(run_id)
-            when = f" (occurrence {common['occurrence']})" if trigger.occurrence else ""
-            self.log.info(
-                "run %s admitted from %s%s",
-                run_id,
-                source,
-                when,
-                extra={"action": "run.admitted", **common},
-            )
-            return
-        self._admitted.discard(run_id)
-        self._finished[run_id] = None
-        if len(self._finished) > self.FINISHED_KEPT:
-            self._finished.popitem(last=False)
-        if run.status is RunStatus.COMPLETED:
-            self.log.info(
-                "run %s completed (%s): output %s",
-                run_id,
-                source,
-                json.dumps(run.output, sort_keys=True, default=str),
-                extra={"action": "run.completed", **common, "output": run.output},
-            )
-        else:
-            error = run.error
-            self.log.warning(
-                "run %s %s (%s): %s",
-                run_id,
-                run.status,
-                source,
-                error.message if error is not None else "",
-                extra={
-                    "action": f"run.{run.status}",
-                    **common,
-                    "error_code": error.code if error is not None else None,
-                    "error_message": error.message if error is not None else None,
-                },
-            )

@@ -53,6 +53,7 @@ def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry
             misfire=p.misfire,
             max_steps=p.max_steps,
             note=p.note,
+            misfire_lateness_s=p.misfire_lateness_s,
         )
 
     async def get(p: ScheduleIdParams, c: Caller) -> dict[str, Any]:
@@ -60,7 +61,11 @@ def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry
 
     async def list_(p: ListSchedulesParams, c: Caller) -> dict[str, Any]:
         return await api().list_schedules(
-            caller=c, include_deleted=p.include_deleted, limit=p.limit, cursor=p.cursor
+            caller=c,
+            include_deleted=p.include_deleted,
+            limit=p.limit,
+            cursor=p.cursor,
+            status=p.status,
         )
 
     async def update(p: UpdateScheduleParams, c: Caller) -> dict[str, Any]:
@@ -76,6 +81,7 @@ def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry
             misfire=p.misfire,
             max_steps=p.max_steps,
             note=p.note,
+            misfire_lateness_s=p.misfire_lateness_s,
         )
 
     async def pause(p: PauseScheduleParams, c: Caller) -> dict[str, Any]:

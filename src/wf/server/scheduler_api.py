@@ -84,12 +84,13 @@ from typing import Any, Final
 
 import msgspec
 
-from wf.errors import AlreadyExists, Forbidden, InvalidArgument, NotFound
+from wf.errors import AlreadyExists, Forbidden, InvalidArgument, NotFound, StaleLease
 from wf.node import SchedulerNode
 from wf.runtime.runs import node_of_activity
 from wf.scheduler import commands as cmd
 from wf.scheduler.model import (
     Activity,
+    ActivityState,
     HeartbeatStats,
     WorkerInfo,
     WorkerStatus,
@@ -103,10 +104,17 @@ from wf.scheduler.outputs import (
     Outcome,
     WorkerRemoved,
 )
+from wf.server.dispatch_stats import dispatch_stats
 from wf.server.rpc import Caller, Registry
 from wf.tenancy import require_namespace
 from wf.wire import scheduler_methods as declared
-from wf.wire.bounds import check_json_bytes, check_name, check_text, invalid_params
+from wf.wire.bounds import (
+    DETAILS_BYTES_MAX,
+    check_json_bytes,
+    check_name,
+    check_text,
+    invalid_params,
+)
 from wf.wire.methods import NoParams
 from wf.wire.paging import PAGE_LIMIT_DEFAULT, check_limit, decode_cursor, encode_cursor
 from wf.wire.scheduler import as_core
@@ -115,6 +123,7 @@ from wf.wire.scheduler_methods import (
     ActivityView,
     CancelParams,
     CompleteParams,
+    DispatchStats,
     FailParams,
     FencedParams,
     HeartbeatParams,
@@ -126,6 +135,7 @@ from wf.wire.scheduler_methods import (
     QueueStats,
     RegisterResult,
     RegisterWorkerParams,
+    RenewParams,
     SubmitParams,
     TransitionPage,
     WorkerIdParams,
@@ -140,6 +150,7 @@ MAILBOX_MAX: Final = 10_000
 OWNER_LABEL: Final = "wf.credential"
 """Worker label naming the credential that registered it (set by the server only)."""
 _HISTORY: Final = "history"
+_HELD_STATES: Final = frozenset({ActivityState.LEASED, ActivityState.EXECUTING})
 _WORKERS: Final = "workers"
 """Cursor kinds of ``scheduler.activities.history`` and ``scheduler.workers.list``."""
 
@@ -400,7 +411,13 @@ class SchedulerAPI:
         outcome = await self.node.execute(
             lambda now: cmd.ShutdownWorker(now=now, worker_id=worker_id)
         )
-        self._mailbox.pop(worker_id, None)
+        # The returned (unstarted) grants left the mailbox with their revocations; a
+        # grant committed as its start stays for the draining worker's open poll,
+        # woken here: it must run it (docs/architecture.md, "Start on grant").
+        box = self._mailbox.pop(worker_id, None)
+        started = [g for g in box or () if g.started]
+        if started:
+            self._mailbox[worker_id] = started
         self._wake(worker_id)
         return sum(1 for d in outcome.decisions if type(d) is LeaseRevoked)
 
@@ -411,17 +428,39 @@ class SchedulerAPI:
             lambda now: cmd.StartActivity(now=now, activity_id=activity_id, token=token)
         )
 
-    async def renew_lease(self, activity_id: str, token: int, caller: Caller) -> float:
-        """Extend a lease; returns its new expiry."""
+    async def renew_lease(
+        self, activity_id: str, token: int, caller: Caller, details: bytes | None = None
+    ) -> float:
+        """Extend a lease; returns its new expiry. ``details`` (one JSON document of at
+        most 64 KiB, or ``None`` to keep the held ones) are the attempt's latest
+        heartbeat details: stored with the activity in the renewal's commit."""
+        if details is not None:
+            check_json_bytes(details, "details", bytes_max=DETAILS_BYTES_MAX)
         self._check_lease(caller, activity_id)
         outcome = await self.node.execute(
-            lambda now: cmd.RenewLease(now=now, activity_id=activity_id, token=token)
+            lambda now: cmd.RenewLease(
+                now=now, activity_id=activity_id, token=token, details=details
+            )
         )
         # From the outcome, never from the core: by the time the commit is done a
         # concurrent completion, cancel or expiry may have removed the activity or
         # leased it again, and this renewal was still accepted before that.
         (renewed,) = [r for r in outcome.records if type(r) is LeaseRenewed]
         return renewed.expires_at
+
+    async def lease_details(self, activity_id: str, token: int, caller: Caller) -> bytes | None:
+        """The last heartbeat details an earlier attempt of the activity sent, for the
+        holder of its current lease (fenced by ``token``: StaleLease otherwise), so that
+        the new attempt can resume where the last one stopped; ``None`` if none did."""
+        self._check_lease(caller, activity_id)
+        held = self.reads.attempt(activity_id)
+        if held is None or held[1] != token or held[0] not in _HELD_STATES:
+            raise StaleLease(
+                f"lease token {token} for activity {activity_id!r} is not current",
+                activity_id=activity_id,
+                token=token,
+            )
+        return await self.node.store.heartbeat_details(activity_id)
 
     async def complete_activity(
         self,
@@ -459,10 +498,15 @@ class SchedulerAPI:
         caller: Caller,
         *,
         unreported_start: bool = False,
+        stack_trace: str = "",
     ) -> None:
-        """Record a failed attempt (fenced by ``token``); ``unreported_start``: the start too."""
+        """Record a failed attempt (fenced by ``token``); ``unreported_start``: the start too.
+
+        ``stack_trace`` (free text within :mod:`wf.wire.bounds`) is kept with the
+        attempt's record and shown by ``runs.inspect``."""
         check_name(error_type, "error_type")
         check_text(message, "message")
+        check_text(stack_trace, "stack_trace")
         self._check_lease(caller, activity_id)
         await self.node.execute(
             lambda now: cmd.Fail(
@@ -473,6 +517,7 @@ class SchedulerAPI:
                 message=message,
                 retryable=retryable,
                 unreported_start=unreported_start,
+                stack_trace=stack_trace,
             )
         )
 
@@ -655,6 +700,12 @@ class SchedulerAPI:
             workers_active=figures.workers_by_status[WorkerStatus.ACTIVE],
         )
 
+    async def dispatch_stats(self, caller: Caller) -> DispatchStats:
+        """Queue depth by partition and lane, dispatch counters, scheduling latency and
+        workers by status (cluster-wide: unscoped callers only; see
+        :mod:`wf.server.dispatch_stats`)."""
+        return dispatch_stats(self.node, caller)
+
     # ------------------------------------------------------------ registration
 
     def register_methods(self, registry: Registry) -> None:
@@ -676,8 +727,11 @@ class SchedulerAPI:
             await self.start_activity(p.activity_id, p.token, c)
             return {"ok": True}
 
-        async def renew(p: FencedParams, c: Caller) -> dict[str, float]:
-            return {"expires_at": await self.renew_lease(p.activity_id, p.token, c)}
+        async def renew(p: RenewParams, c: Caller) -> dict[str, float]:
+            return {"expires_at": await self.renew_lease(p.activity_id, p.token, c, p.details)}
+
+        async def details(p: FencedParams, c: Caller) -> dict[str, bytes | None]:
+            return {"details": await self.lease_details(p.activity_id, p.token, c)}
 
         async def complete(p: CompleteParams, c: Caller) -> dict[str, bool]:
             await self.complete_activity(
@@ -694,6 +748,7 @@ class SchedulerAPI:
                 p.retryable,
                 c,
                 unreported_start=p.unreported_start,
+                stack_trace=p.stack_trace,
             )
             return {"ok": True}
 
@@ -723,6 +778,7 @@ class SchedulerAPI:
         handle(declared.SHUTDOWN_WORKER, shutdown)
         handle(declared.START_ACTIVITY, start)
         handle(declared.RENEW_LEASE, renew)
+        handle(declared.LEASE_DETAILS, details)
         handle(declared.COMPLETE_ACTIVITY, complete)
         handle(declared.FAIL_ACTIVITY, fail)
         handle(declared.SUBMIT_ACTIVITIES, submit)
@@ -731,6 +787,11 @@ class SchedulerAPI:
         handle(declared.ACTIVITY_HISTORY, history)
         handle(declared.LIST_WORKERS, workers)
         handle(declared.QUEUE_STATS, stats)
+
+        async def dispatch(p: NoParams, c: Caller) -> DispatchStats:
+            return await self.dispatch_stats(c)
+
+        handle(declared.DISPATCH_STATS, dispatch)
 
 
 def _submit_command(batch: tuple[Activity, ...], now: float) -> cmd.Submit:

@@ -15,6 +15,7 @@ from wf.wire import workflow_methods as declared
 from wf.wire.workflow import Artifact, ArtifactPage, Deployment, DeploymentPage
 from wf.wire.workflow_methods import (
     CancelRunParams,
+    CountRunsParams,
     CreateArtifactParams,
     DeploymentIdParams,
     GetArtifactParams,
@@ -22,6 +23,7 @@ from wf.wire.workflow_methods import (
     ListDeploymentsParams,
     ListRunsParams,
     ResumeRunParams,
+    RunCounts,
     RunIdParams,
     SaveDeploymentParams,
     StartRunParams,
@@ -64,7 +66,13 @@ def register_workflow_methods(api: WorkflowAPI, registry: Registry) -> None:
             status=p.status,
             limit=p.limit,
             cursor=p.cursor,
+            newest_first=p.newest_first,
+            created_after=p.created_after,
+            created_before=p.created_before,
         )
+
+    async def count_runs(p: CountRunsParams, c: Caller) -> RunCounts:
+        return await api.count_runs(p.window_s, caller=c)
 
     async def resume_run(p: ResumeRunParams, c: Caller) -> dict[str, Any]:
         return await api.resume_run(p.run_id, p.answer, p.node_id, caller=c)
@@ -76,6 +84,7 @@ def register_workflow_methods(api: WorkflowAPI, registry: Registry) -> None:
     handle(declared.START_RUN, start_run)
     handle(declared.INSPECT_RUN, inspect_run)
     handle(declared.LIST_RUNS, list_runs)
+    handle(declared.COUNT_RUNS, count_runs)
     handle(declared.RESUME_RUN, resume_run)
     handle(declared.CANCEL_RUN, cancel_run)
     handle(declared.CREATE_ARTIFACT, create)

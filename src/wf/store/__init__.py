@@ -22,7 +22,17 @@ def make_store(
     ``create=False`` opens only an existing store at this code's schema version and
     creates or migrates nothing (``wf store check``)."""
     if postgres_dsn:
-        from wf.store.postgres import PostgresStore
+        try:
+            from wf.store.postgres import PostgresStore
+        except ImportError as exc:
+            if exc.name is None or not exc.name.startswith("psycopg"):
+                raise
+            raise InvalidArgument(
+                f"a PostgreSQL store needs the driver, {exc.name}, which is not installed: "
+                "install wf with its postgres extra (pip install 'wf[postgres]', or "
+                "uv sync --extra postgres)",
+                field="postgres_dsn",
+            ) from None
 
         return PostgresStore(postgres_dsn, schema=postgres_schema, create=create)
     if store_root is None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -43,7 +43,7 @@ import msgspec
 from wf.errors import AlreadyExists, Conflict, CorruptRecord, Internal, InvalidArgument, NotFound
 from wf.scheduler.model import Activity
 from wf.scheduler.outputs import Transition
-from wf.store import pages, rows
+from wf.store import pages, retention, rows
 from wf.store.protocol import ArtifactRow, DeploymentRow, OccurrenceRow, RunRow, ScheduleRow
 from wf.store.query import Body, Query, Row, done
 
@@ -295,16 +295,35 @@ def list_runs(
     schedule_id: str | None,
     statuses: Sequence[str] | None,
     tenants: Sequence[str] | None,
+    before_seq: int | None = None,
+    created_after: float | None = None,
+    created_before: float | None = None,
 ) -> Body[list[RunRow]]:
     """Up to ``limit`` runs after ``after_seq`` matching every given filter, oldest
-    first; an empty status or tenant list matches nothing (no query at all).
+    first; with ``before_seq``, runs below it, newest first (``after_seq`` is then
+    unused). ``created_after`` (inclusive) and ``created_before`` (exclusive) bound
+    the creation instant. An empty status or tenant list matches nothing (no query
+    at all).
 
     The filters are fixed column tests with one generated placeholder per list
     item; every value is a bound parameter, so no input reaches the statement."""
     if limit < 0:
         raise InvalidArgument(f"limit must not be negative, not {limit}", field="limit")
     filters: list[str] = []
-    params: dict[str, Any] = {"after_seq": after_seq, "limit": limit}
+    params: dict[str, Any] = {"limit": limit}
+    if before_seq is None:
+        query_name = "select_runs"
+        params["after_seq"] = after_seq
+    else:
+        query_name = "select_runs_newest"
+        params["before_seq"] = before_seq
+    for test, key, instant in (
+        ("created_at >= :created_after", "created_after", created_after),
+        ("created_at < :created_before", "created_before", created_before),
+    ):
+        if instant is not None:
+            filters.append(test)
+            params[key] = float(instant)
     for column, value in (("deployment_id", deployment_id), ("schedule_id", schedule_id)):
         if value is not None:
             filters.append(f"{column} = :{column}")
@@ -326,7 +345,35 @@ def list_runs(
         marks = [f"{column}_{i}" for i in range(len(values))]
         filters.append(f"{column} IN ({', '.join(f':{m}' for m in marks)})")
         params.update(zip(marks, values, strict=True))
-    return _decoded(Query("select_runs", params, tuple(filters)), rows.run_from_row)
+    return _decoded(Query(query_name, params, tuple(filters)), rows.run_from_row)
+
+
+def recent_run_statuses(
+    *, limit: int, tenants: Sequence[str] | None
+) -> Body[list[tuple[str, float]]]:
+    """``(status, created_at)`` of the newest ``limit`` runs (of ``tenants`` when
+    given), newest first: a bounded scan of the seq index, whatever the store's size.
+    An empty tenant list matches nothing (no query at all)."""
+    if limit < 0:
+        raise InvalidArgument(f"limit must not be negative, not {limit}", field="limit")
+    params: dict[str, Any] = {"limit": limit}
+    filters: tuple[str, ...] = ()
+    if tenants is not None:
+        if len(tenants) > RUN_FILTER_VALUES_MAX or not all(type(t) is str for t in tenants):
+            raise InvalidArgument(
+                f"tenant filter must be a list of at most {RUN_FILTER_VALUES_MAX} strings",
+                field="tenants",
+            )
+        if not tenants:
+            return done([])
+        marks = [f"tenant_{i}" for i in range(len(tenants))]
+        filters = (f"tenant IN ({', '.join(f':{m}' for m in marks)})",)
+        params.update(zip(marks, tenants, strict=True))
+    return _decoded(Query("select_recent_run_statuses", params, filters), _status_and_instant)
+
+
+def _status_and_instant(row: Row) -> tuple[str, float]:
+    return str(row[0]), float(row[1])
 
 
 def live_runs() -> Body[list[RunRow]]:
@@ -575,6 +622,23 @@ def history(activity_id: str) -> Body[list[Transition]]:
     return [rows.transition_from_row(r) for r in found.rows]
 
 
+def heartbeat_details(activity_id: str) -> Body[bytes | None]:
+    """The latest heartbeat details any attempt of the activity sent (``None``: none,
+    or no such activity); a mistyped value is CorruptRecord."""
+    found = yield Query("select_heartbeat_details", {"activity_id": activity_id})
+    if not found.rows:
+        return None
+    (details,) = found.rows[0]
+    if isinstance(details, memoryview):
+        details = details.tobytes()
+    if details is not None and type(details) is not bytes:
+        raise CorruptRecord(
+            f"activity {activity_id!r} has {type(details).__name__} heartbeat details",
+            activity_id=activity_id,
+        )
+    return details
+
+
 def history_page(activity_id: str, *, after: int, limit: int) -> Body[list[tuple[int, Transition]]]:
     """A keyset page of the activity's transitions, each with its position (page
     arguments checked at once)."""
@@ -718,8 +782,12 @@ class DrivenCatalog(abc.ABC):
         schedule_id: str | None = None,
         statuses: Sequence[str] | None = None,
         tenants: Sequence[str] | None = None,
+        before_seq: int | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
     ) -> list[RunRow]:
-        """Up to ``limit`` runs after ``after_seq`` matching every filter, oldest first."""
+        """Up to ``limit`` runs after ``after_seq`` matching every filter, oldest first
+        (newest first below ``before_seq`` when given; see :func:`list_runs`)."""
         body = list_runs(
             after_seq=after_seq,
             limit=limit,
@@ -727,8 +795,17 @@ class DrivenCatalog(abc.ABC):
             schedule_id=schedule_id,
             statuses=statuses,
             tenants=tenants,
+            before_seq=before_seq,
+            created_after=created_after,
+            created_before=created_before,
         )
         return await self._run_read(body)
+
+    async def recent_run_statuses(
+        self, *, limit: int, tenants: Sequence[str] | None = None
+    ) -> list[tuple[str, float]]:
+        """``(status, created_at)`` of the newest ``limit`` runs, newest first."""
+        return await self._run_read(recent_run_statuses(limit=limit, tenants=tenants))
 
     async def live_runs(self) -> list[RunRow]:
         """Every run whose status is live, oldest first."""
@@ -786,6 +863,10 @@ class DrivenCatalog(abc.ABC):
         """The activity's transitions, oldest first."""
         return await self._run_read(history(activity_id))
 
+    async def heartbeat_details(self, activity_id: str) -> bytes | None:
+        """The latest heartbeat details any attempt of the activity sent, or ``None``."""
+        return await self._run_read(heartbeat_details(activity_id))
+
     async def history_page(
         self, activity_id: str, *, after: int = 0, limit: int = 100
     ) -> list[tuple[int, Transition]]:
@@ -801,3 +882,26 @@ class DrivenCatalog(abc.ABC):
             chunk = unique[start : start + SPECS_PER_QUERY_MAX]
             found.update(await self._run_read(submitted_activities(chunk)))
         return found
+
+    async def prune(
+        self,
+        links: retention.RunLinks,
+        *,
+        cutoff: float,
+        batch: int = retention.BATCH_DEFAULT,
+        dry_run: bool = False,
+        max_batches: int | None = None,
+        pause: Callable[[], Awaitable[None]] | None = None,
+    ) -> retention.PruneCounts:
+        """Remove what finished before ``cutoff`` in bounded batches, never what a live
+        run or a schedule still needs (:mod:`wf.store.retention`)."""
+        return await retention.prune(
+            self._run_read,
+            self._run_write,
+            links,
+            cutoff=cutoff,
+            batch=batch,
+            dry_run=dry_run,
+            max_batches=max_batches,
+            pause=pause,
+        )

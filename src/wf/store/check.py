@@ -174,7 +174,7 @@ SCANS: Final = (
         "transitions",
         "SELECT id, activity_id, at, from_state, to_state, reason, attempt, failures, "
         "infra_requeues, steals, token, worker_id, lease_expires_at, not_before, error, "
-        "result FROM transitions ORDER BY id",
+        "result, stack_trace FROM transitions ORDER BY id",
     ),
     Scan(
         "artifacts",

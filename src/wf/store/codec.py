@@ -119,6 +119,7 @@ def plan_writes(records: Iterable[Record]) -> tuple[list[Step], dict[str, int]]:
                 "not_before": r.not_before,
                 "error": r.error,
                 "result": r.result,
+                "stack_trace": r.stack_trace,
                 "held_worker_id": r.worker_id if held else None,
                 "held_expires_at": r.lease_expires_at if held else 0.0,
             }
@@ -151,6 +152,7 @@ def plan_writes(records: Iterable[Record]) -> tuple[list[Step], dict[str, int]]:
                         "activity_id": r.activity_id,
                         "token": r.token,
                         "expires_at": r.expires_at,
+                        "details": r.details,
                         "at": r.at,
                     },
                 )

@@ -60,7 +60,8 @@ class FileOwnershipLock:
         """
         fd = self._fd
         if fd is None:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # Owner-only, like the store's other files (it names the owner's host and pid).
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:

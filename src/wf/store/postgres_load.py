@@ -7,20 +7,26 @@ read session inside one ``REPEATABLE READ`` read-only transaction (one
 consistent snapshot); they do no I/O beyond that session's queries.
 
 :func:`load_state` is recovery's load, built for 10^6 live activities (see
-:func:`_live_activities`): the scan reads seven narrow columns, the server
-folds the state and "never leased" test into one small integer, a chunk of
-spec blobs is decoded by one msgspec call, and the next chunk is already
-requested while this one is decoded. Every row off that path is re-read whole
-afterwards and decoded by :func:`wf.store.rows.activity_from_row`, the one
-decoder :func:`check_store` also uses, so its value or diagnostic is exactly
-the row-by-row one. Malformed rows come back as diagnostics and are left out
-(fail closed).
+:func:`_live_activities`): PostgreSQL re-encodes each unfinished row as one
+whole msgpack map (the spec's pairs, then the lifecycle columns, the floats
+bit for bit with ``float8send``) and joins a chunk of them into one blob, so
+Python decodes a chunk into finished :class:`~wf.scheduler.model.Activity`
+values with one msgspec call and no per-row work, while the server encodes the
+next chunk (the work splits over two processes). Two C-speed comparisons prove
+each decoded activity is its own row's. Every row off that path (a spec that
+is not a map, too large, or naming another activity; a state that is not
+live) is read whole and decoded by :func:`wf.store.rows.activity_from_row`, the
+one decoder :func:`check_store` also uses, so its value or diagnostic is
+exactly the row-by-row one. Malformed rows come back as diagnostics and are
+left out (fail closed).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final, TypeAlias
+import bisect
+import struct
+from typing import Any, Final, TypeAlias, get_type_hints
 
 import msgspec
 import psycopg
@@ -47,25 +53,191 @@ SELECT activity_id, seq, spec, state, attempt, failures, infra_requeues, steals,
 FROM activities WHERE activity_id = ANY(%s) ORDER BY seq"""
 _LIVE_STATES: Final = tuple(s for s in ActivityState if s not in TERMINAL_STATES)
 _TERMINAL_VALUES: Final = frozenset(s.value for s in TERMINAL_STATES)
-_SELECT_LIVE: Final = (
-    "SELECT activity_id, seq, spec, CASE WHEN attempt = 0 AND failures = 0 "
-    "AND infra_requeues = 0 AND steals = 0 AND token = 0 AND worker_id IS NULL "
-    "AND last_error IS NULL AND float8send(lease_expires_at) = '\\x0000000000000000'::bytea "
-    "THEN CASE state "
-    + " ".join(f"WHEN '{s.value}' THEN {i}" for i, s in enumerate(_LIVE_STATES))
-    + " END END AS kind, not_before, queued_at, submitted_at "
-    "FROM activities WHERE state NOT IN ('completed', 'failed', 'cancelled') ORDER BY seq"
-)
-"""Unfinished activities in creation order (the ``activities_live`` index: the WHERE
-clause must stay the index's), for recovery: seven narrow columns instead of fifteen.
+_LIVE_WHERE: Final = "state NOT IN ('completed', 'failed', 'cancelled')"
+"""Unfinished activities: the ``activities_live`` index's own clause (it must stay so)."""
 
-``kind`` is the index of the state in :data:`_LIVE_STATES` when every lease-driven
-column (attempt, failures, requeues, steals, token, worker, expiry, last error)
-still holds its default, exactly as in a never-leased activity (the expiry
-bit-for-bit +0.0, so that the value set in its place is the very same);
-``NULL`` otherwise, or when the state is unknown. A ``NULL`` kind sends the row
-to the slow path (:data:`_SELECT_ACTIVITIES_BY_ID`, whole and by id)."""
-_activity_list_decoder: Final = msgspec.msgpack.Decoder(list[Activity])
+SPEC_BYTES_MAX: Final = 16_384
+"""Largest spec blob the server re-encodes in a chunk; a larger one (a big payload) is
+read whole and decoded on its own, so that a chunk's blob stays small."""
+
+
+def _bytea(value: bytes) -> str:
+    """A ``bytea`` literal (the bytes are ours: msgpack of fixed keys and values)."""
+    return f"'\\x{value.hex()}'::bytea"
+
+
+def _pair(key: str, value: bytes = b"") -> bytes:
+    """The msgpack of a map key followed by ``value`` (a value or a value's prefix)."""
+    return codec.encode(key) + value
+
+
+_NIL: Final = b"\xc0"
+_MAP16: Final = b"\xde"
+_INT64: Final = b"\xd3"
+_FLOAT64: Final = b"\xcb"
+_STR32: Final = b"\xdb"
+_INTS: Final = ("attempt", "failures", "infra_requeues", "steals", "token")
+_TEXTS: Final = ("worker_id", "last_error")
+_LEASE_DRIVEN: Final = (*_INTS, *_TEXTS, "lease_expires_at")
+"""The columns only a lease moves: a never-leased row holds their defaults."""
+
+
+def _mirror() -> tuple[type[msgspec.Struct] | None, dict[str, str]]:
+    """A struct laid out exactly as :class:`Activity` whose lease-driven fields are
+    encoded under keys no spec can hold (``~0``, ``~1``...), and those keys.
+
+    Decoded with it, a spec that carries a lease-driven field under its own name
+    fails (unknown field) instead of setting it, so a never-leased row needs no
+    pairs for those fields at all: absent, they take their defaults, which are the
+    row's. A decoded value becomes an ``Activity`` by ``__class__`` assignment (same
+    layout). ``(None, plain names)`` if this Python refuses that assignment."""
+    hints = get_type_hints(Activity, include_extras=True)  # constraints (Meta) kept
+    defaults = dict(
+        zip(
+            Activity.__struct_fields__[-len(Activity.__struct_defaults__) :],
+            Activity.__struct_defaults__,
+            strict=True,
+        )
+    )
+    renamed = {name: f"~{i}" for i, name in enumerate(_LEASE_DRIVEN)}
+    mirror = msgspec.defstruct(
+        "_LoadedActivity",
+        [
+            (n, hints[n], defaults[n]) if n in defaults else (n, hints[n])
+            for n in Activity.__struct_fields__
+        ],
+        kw_only=True,
+        gc=False,
+        forbid_unknown_fields=True,
+        rename=renamed,
+    )
+    try:
+        probe = mirror(activity_id="", activity_type="")
+        probe.__class__ = Activity
+    except TypeError:  # pragma: no cover - a layout this Python will not swap
+        return None, {name: name for name in _LEASE_DRIVEN}
+    return mirror, renamed
+
+
+_LOADED, _KEY = _mirror()
+
+
+def _lifecycle_pairs(hot: bool) -> tuple[str, int]:
+    """The msgpack pairs of a row's lifecycle columns as one ``bytea`` expression
+    (``NULL`` for a state that is not live), and how many pairs it holds.
+
+    Every column sent is written as the row holds it (ints as int64, floats bit
+    for bit with ``float8send``, texts as str32) and comes after the spec's own
+    pairs (the later key wins), so the decoded value is exactly the one
+    :func:`wf.store.rows.activity_from_row` sets. A never-leased row (``hot``)
+    sends no lease-driven pair when :func:`_mirror` renamed them (their defaults
+    are the row's), else one constant for their defaults.
+    """
+    state = (
+        "CASE state "
+        + " ".join(
+            f"WHEN '{s.value}' THEN {_bytea(_pair('state', codec.encode(s.value)))}"
+            for s in _LIVE_STATES
+        )
+        + " END"
+    )
+    timing = (
+        f"{_bytea(_pair('queued_at', _FLOAT64))} || float8send(queued_at) || "
+        f"{_bytea(_pair('submitted_at', _FLOAT64))} || float8send(submitted_at) || "
+        f"CASE WHEN not_before IS NULL THEN {_bytea(_pair('not_before', _NIL))} "
+        f"ELSE {_bytea(_pair('not_before', _FLOAT64))} || float8send(not_before) END"
+    )
+    if hot and _LOADED is not None:
+        return f"{state} || {timing}", 4
+    if hot:
+        defaults = b"".join(
+            [*(_pair(n, b"\x00") for n in _INTS), *(_pair(n, _NIL) for n in _TEXTS)]
+        )
+        zero = _pair("lease_expires_at", _FLOAT64 + bytes(8))
+        return f"{state} || {timing} || {_bytea(defaults + zero)}", 4 + len(_LEASE_DRIVEN)
+    ints = " || ".join(f"{_bytea(_pair(_KEY[n], _INT64))} || int8send({n})" for n in _INTS)
+    texts = " || ".join(
+        f"CASE WHEN {n} IS NULL THEN {_bytea(_pair(_KEY[n], _NIL))} "
+        f"ELSE {_bytea(_pair(_KEY[n], _STR32))} "
+        f"|| int4send(octet_length(convert_to({n}, 'UTF8'))) || convert_to({n}, 'UTF8') END"
+        for n in _TEXTS
+    )
+    lease = f"{_bytea(_pair(_KEY['lease_expires_at'], _FLOAT64))} || float8send(lease_expires_at)"
+    return f"{state} || {timing} || {ints} || {texts} || {lease}", 4 + len(_LEASE_DRIVEN)
+
+
+def _header(extra: int) -> str:
+    """The spec's map header counting ``extra`` more pairs (a map16 header: the count
+    may no longer fit a fixmap), then the spec's own pairs; ``NULL`` when the spec
+    is not a fixmap or a map16 (that row is decoded on its own)."""
+    fixmaps = " ".join(
+        f"WHEN {0x80 + k} THEN {_bytea(_MAP16 + (k + extra).to_bytes(2, 'big'))} || substr(spec, 2)"
+        for k in range(16)
+    )
+    count = f"get_byte(spec, 1) * 256 + get_byte(spec, 2) + {extra}"
+    return (
+        f"CASE get_byte(spec, 0) {fixmaps} WHEN {_MAP16[0]} THEN CASE WHEN {count} <= 65535 "
+        f"THEN {_bytea(_MAP16)} || substr(int4send({count}), 3) || substr(spec, 4) END END"
+    )
+
+
+def _row_map_sql() -> str:
+    """One row as one msgpack map (see :data:`_SELECT_LIVE_CHUNK`), or ``NULL``."""
+    never_leased = " AND ".join(
+        [
+            *(f"{n} = 0" for n in _INTS),
+            *(f"{n} IS NULL" for n in _TEXTS),
+            # Bit for bit +0.0 (-0.0 equals it but is not the default's value).
+            f"float8send(lease_expires_at) = {_bytea(bytes(8))}",
+        ]
+    )
+    hot, hot_pairs = _lifecycle_pairs(hot=True)
+    cold, cold_pairs = _lifecycle_pairs(hot=False)
+    return (
+        f"CASE WHEN octet_length(spec) NOT BETWEEN 3 AND {SPEC_BYTES_MAX} THEN NULL "
+        f"WHEN {never_leased} THEN {_header(hot_pairs)} || {hot} "
+        f"ELSE {_header(cold_pairs)} || {cold} END"
+    )
+
+
+_SELECT_LIVE_CHUNK: Final = (
+    "SELECT count(*), max(seq), count(b), string_agg(b, ''::bytea), "
+    "string_agg(activity_id, E'\\x1f') FILTER (WHERE b IS NOT NULL), "
+    "string_agg(int8send(seq), ''::bytea) FILTER (WHERE b IS NOT NULL), "
+    "array_agg(seq) FILTER (WHERE b IS NULL) "
+    f"FROM (SELECT seq, activity_id, {_row_map_sql()} AS b "
+    f"FROM activities WHERE {_LIVE_WHERE} AND seq > %s ORDER BY seq LIMIT %s) AS chunk"
+)
+"""One chunk of unfinished activities after a ``seq``, in creation order, for recovery:
+the server writes each row as one msgpack map (its spec's pairs, then every
+lifecycle column: a later key wins when msgspec decodes, so the columns override
+whatever the spec says) and joins the chunk's maps into one blob that one msgspec
+call decodes into whole :class:`~wf.scheduler.model.Activity` values. Beside it:
+the row count, the last ``seq`` (where the next chunk starts), the count, ids
+(joined by U+001F) and ``seq`` values (int64 each) of the rows in the blob, and
+the ``seq`` values of the rows left out of it (a state that is not live, a spec
+that is not a map, or too large), which are decoded on their own.
+
+The aggregates take the rows in the order of the sorted subquery, which
+PostgreSQL documents as what usually happens rather than as a promise (an
+``ORDER BY`` inside each aggregate would sort the chunk once per aggregate and
+double the server's work). Every aggregate takes the same rows in the same
+order, so the loader checks that the ``seq`` values are ascending and reads a
+chunk that is not so again, row by row."""
+_SELECT_LIVE_RANGE: Final = f"""
+SELECT activity_id, seq, spec, state, attempt, failures, infra_requeues, steals, token,
+       worker_id, lease_expires_at, not_before, queued_at, last_error, submitted_at
+FROM activities WHERE {_LIVE_WHERE} AND seq > %s AND seq <= %s ORDER BY seq"""
+_SELECT_LIVE_BY_SEQ: Final = f"""
+SELECT activity_id, seq, spec, state, attempt, failures, infra_requeues, steals, token,
+       worker_id, lease_expires_at, not_before, queued_at, last_error, submitted_at
+FROM activities WHERE {_LIVE_WHERE} AND seq = ANY(%s) ORDER BY seq"""
+_SEQ_MIN: Final = -(2**63)
+"""Below every ``seq``: where the first chunk starts."""
+_ID_SEPARATOR: Final = "\x1f"
+_chunk_decoder: Final[msgspec.msgpack.Decoder[list[Any]]] = msgspec.msgpack.Decoder(
+    list[_LOADED or Activity]  # type: ignore[misc]  # a class chosen at import
+)
 
 
 async def load_state(conn: Conn, finished_max: int, where: str) -> StoredState:
@@ -168,93 +340,131 @@ async def _scan_table(conn: Conn, scan: checks.Scan, record: checks.RecordCheck)
 
 
 async def _live_activities(conn: Conn, diagnostics: list[Diagnostic]) -> list[Activity]:
-    """Unfinished activities in ``seq`` order, read for recovery (see :data:`_SELECT_LIVE`).
+    """Unfinished activities in ``seq`` order, read for recovery, a chunk at a time
+    (see :data:`_SELECT_LIVE_CHUNK`).
 
-    The hot path (10^6 queued, never-leased activities) costs one seven-column
-    row from the binary cursor, one slice of a single msgspec decode call, two
-    identity comparisons and twelve attribute stores per activity: the same
-    values :func:`wf.store.rows.activity_from_row` would give, because a fast
-    row's lease-driven columns are known to hold the defaults stored here. The
-    next chunk is requested before this one is decoded, so the server produces
-    it meanwhile (one round trip per chunk instead of a wait per chunk).
+    The hot path costs the server the re-encoding of each row and costs Python one
+    msgspec call per chunk (no row tuple, no attribute store per activity), plus
+    two C-speed comparisons that prove every decoded activity is its own row's
+    (ids and ``seq`` values, in order). The next chunk is requested before this
+    one is decoded, so the server encodes it meanwhile.
 
-    Every other row (``kind`` NULL, a spec that does not decode or names
-    another activity or seq) keeps its place and is re-read whole, by id and in
-    ``seq`` order, afterwards in the same snapshot and decoded by
-    :func:`~wf.store.rows.activity_from_row`: the very value, or the very
-    diagnostic (in the same order), that the row-by-row load gave.
+    Whatever is off that path gives exactly what decoding each row on its own
+    gives (:func:`wf.store.rows.activity_from_row`, the decoder ``check`` uses):
+    rows the server left out of the blob are read whole by ``seq`` and put in
+    their place; a chunk whose blob does not decode, or decodes into activities
+    that are not its rows' (a spec naming another activity or seq), is read again
+    whole, row by row. Their diagnostics come in ``seq`` order.
     """
-    out: list[Activity | None] = []
-    slow: dict[str, int] = {}
-    """Activity id -> its place in ``out`` (``None`` there until re-read)."""
-    append = out.append
-    state_of = _LIVE_STATES
-    async with conn.cursor(name="wf_load_live", binary=True) as cur:
-        await cur.execute(_SELECT_LIVE)
-        pending = asyncio.ensure_future(cur.fetchmany(LOAD_FETCH_ROWS))
-        try:
-            while batch := await pending:
-                pending = asyncio.ensure_future(cur.fetchmany(LOAD_FETCH_ROWS))
-                await asyncio.sleep(0)  # the task sends its FETCH before this chunk is decoded
-                decoded = _decode_specs([row[2] for row in batch])
-                for row, a in zip(batch, decoded, strict=True):
-                    aid, seq, _spec, kind, not_before, queued_at, submitted_at = row
-                    if kind is None or a is None or a.activity_id != aid or a.seq != seq:
-                        slow[aid] = len(out)
-                        append(None)
-                        continue
-                    a.state = state_of[kind]
-                    a.attempt = a.failures = a.infra_requeues = a.steals = a.token = 0
-                    a.worker_id = a.last_error = None
-                    a.lease_expires_at = 0.0
-                    a.not_before = not_before
-                    a.queued_at = queued_at
-                    a.submitted_at = submitted_at
-                    append(a)
-        finally:
-            if not pending.done():  # left early (cancelled, failed): settle the FETCH
-                pending.cancel()
-                await asyncio.wait([pending])
-            if not pending.cancelled():
-                pending.exception()  # retrieved (raised, if at all, by the await above)
-    if not slow:
-        return out  # type: ignore[return-value]  # no None left in it
-    ids = list(slow)
-    filled = 0
-    for start in range(0, len(ids), IDS_PER_QUERY_MAX):
-        cur2 = await conn.execute(
-            _SELECT_ACTIVITIES_BY_ID, [ids[start : start + IDS_PER_QUERY_MAX]], binary=True
-        )
-        for row in await cur2.fetchall():
-            decoded_row = rows.activity_from_row(row)
-            if isinstance(decoded_row, Diagnostic):
-                diagnostics.append(decoded_row)
+    out: list[Activity] = []
+    limit = LOAD_FETCH_ROWS
+    lo = _SEQ_MIN
+    pending: asyncio.Future[tuple[Any, ...] | None] | None = asyncio.ensure_future(
+        _fetch_chunk(conn, lo, limit)
+    )
+    try:
+        while pending is not None:
+            chunk = await pending
+            pending = None
+            if chunk is None or not chunk[0]:
+                break
+            count, hi, in_blob, blob, ids, seqs, left_out = chunk
+            if count == limit:
+                pending = asyncio.ensure_future(_fetch_chunk(conn, hi, limit))
+                await asyncio.sleep(0)  # the task sends its query before this chunk is decoded
+            decoded = _decode_chunk(blob, in_blob) if in_blob else []
+            if decoded is None or (
+                in_blob and not _are_rows(decoded, ids, seqs)
+            ):  # not its rows: every row of the chunk on its own
+                await _rows_on_their_own(conn, _SELECT_LIVE_RANGE, [lo, hi], out, diagnostics)
+            elif left_out:
+                await _merge_left_out(conn, decoded, left_out, out, diagnostics)
             else:
-                out[slow[row[0]]] = decoded_row
-                filled += 1
-    if filled == len(slow):
-        return out  # type: ignore[return-value]  # every None was replaced
-    return [a for a in out if a is not None]
+                out += decoded
+            lo = hi
+    finally:
+        if pending is not None and not pending.done():  # left early: settle the query
+            pending.cancel()
+            await asyncio.wait([pending])
+        if pending is not None and not pending.cancelled():
+            pending.exception()  # retrieved (raised, if at all, by the await above)
+    return out
 
 
-def _decode_specs(specs: list[bytes]) -> list[Activity | None]:
-    """Every blob of a chunk decoded in one msgspec call; if any is malformed, one by
-    one, ``None`` for each that is not an Activity (its row takes the slow path)."""
-    n = len(specs)
+async def _fetch_chunk(conn: Conn, after: int, limit: int) -> tuple[Any, ...] | None:
+    cur = await conn.execute(_SELECT_LIVE_CHUNK, [after, limit], binary=True)
+    return await cur.fetchone()
+
+
+def _decode_chunk(blob: bytes, n: int) -> list[Activity] | None:
+    """The ``n`` activities of a chunk's blob, or ``None`` if it is not exactly that.
+
+    A spec that is not one well-formed map cannot hide in the blob: its map header
+    counts its pairs plus ours, so a spec with a pair too many or too few shifts
+    every following pair, and a shifted map starts at a key or ends in the next
+    row's header (both fail to decode), or leaves the list short or long."""
     try:
-        decoded: list[Activity | None] = list(
-            _activity_list_decoder.decode(b"\xdd" + n.to_bytes(4, "big") + b"".join(specs))
-        )
-    except (msgspec.DecodeError, TypeError, ValueError):
-        pass
-    else:
-        if len(decoded) == n:
-            return decoded
-    return [_decode_one(spec) for spec in specs]
-
-
-def _decode_one(spec: bytes) -> Activity | None:
-    try:
-        return codec.activity_decoder.decode(spec)
+        decoded: list[Activity] = _chunk_decoder.decode(b"\xdd" + n.to_bytes(4, "big") + blob)
     except (msgspec.DecodeError, TypeError, ValueError):
         return None
+    if len(decoded) != n:
+        return None
+    if _LOADED is not None:
+        for a in decoded:
+            a.__class__ = Activity  # see _mirror: the same layout
+    return decoded
+
+
+def _are_rows(decoded: list[Activity], ids: str, seqs: bytes) -> bool:
+    """Whether each activity names its row's id and ``seq``, in ascending ``seq`` order.
+
+    ``ids`` is the rows' ids joined by U+001F; with exactly ``n - 1`` separators in
+    it no id holds one, so equal joins mean equal ids one by one."""
+    n = len(decoded)
+    in_order = [a.seq for a in decoded]
+    return (
+        ids.count(_ID_SEPARATOR) == n - 1
+        and _ID_SEPARATOR.join([a.activity_id for a in decoded]) == ids
+        and struct.pack(f">{n}q", *in_order) == seqs
+        and in_order == sorted(in_order)  # ascending (see _SELECT_LIVE_CHUNK)
+    )
+
+
+async def _rows_on_their_own(
+    conn: Conn, query: str, params: list[Any], out: list[Activity], diagnostics: list[Diagnostic]
+) -> None:
+    """Read rows whole and decode each on its own, in ``seq`` order."""
+    cur = await conn.execute(query, params, binary=True)
+    for row in await cur.fetchall():
+        decoded = rows.activity_from_row(row)
+        if isinstance(decoded, Diagnostic):
+            diagnostics.append(decoded)
+        else:
+            out.append(decoded)
+
+
+async def _merge_left_out(
+    conn: Conn,
+    decoded: list[Activity],
+    left_out: list[int],
+    out: list[Activity],
+    diagnostics: list[Diagnostic],
+) -> None:
+    """Append ``decoded`` (checked: each has its row's ``seq``) and the rows the blob
+    left out, read whole and decoded on their own, in ``seq`` order."""
+    cur = await conn.execute(_SELECT_LIVE_BY_SEQ, [sorted(left_out)], binary=True)
+    taken = 0
+    for row in await cur.fetchall():
+        place = bisect.bisect_left(decoded, row[1], lo=taken, key=_seq_of)
+        out += decoded[taken:place]
+        taken = place
+        one = rows.activity_from_row(row)
+        if isinstance(one, Diagnostic):
+            diagnostics.append(one)
+        else:
+            out.append(one)
+    out += decoded[taken:]
+
+
+def _seq_of(a: Activity) -> int:
+    return a.seq

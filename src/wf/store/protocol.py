@@ -240,6 +240,11 @@ class History(Protocol):
         """The activity's transitions, oldest first (append-only audit trail)."""
         ...
 
+    async def heartbeat_details(self, activity_id: str) -> bytes | None:
+        """The latest heartbeat details any attempt of the activity sent with a lease
+        renewal (one JSON document), or ``None`` when none did."""
+        ...
+
     async def submitted_activities(self, ids: Sequence[str]) -> dict[str, Activity]:
         """The submissions of those of ``ids`` that were ever stored, as the core
         accepted them (state fields reset; ``not_before`` as resolved at acceptance),
@@ -469,9 +474,21 @@ class Catalog(History, Protocol):
         schedule_id: str | None = None,
         statuses: Sequence[str] | None = None,
         tenants: Sequence[str] | None = None,
+        before_seq: int | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
     ) -> list[RunRow]:
         """Up to ``limit`` runs with ``seq > after_seq``, oldest first, filtered by
-        every given criterion (``None``: no filter)."""
+        every given criterion (``None``: no filter); with ``before_seq``, runs with
+        ``seq < before_seq``, newest first. ``created_after`` (inclusive) and
+        ``created_before`` (exclusive) bound the creation instant."""
+        ...
+
+    async def recent_run_statuses(
+        self, *, limit: int, tenants: Sequence[str] | None = None
+    ) -> list[tuple[str, float]]:
+        """``(status, created_at)`` of the newest ``limit`` runs (of ``tenants`` when
+        given), newest first (a bounded read, for counts by status)."""
         ...
 
     async def live_runs(self) -> list[RunRow]:

@@ -16,6 +16,8 @@ the caller leaves it out (fail closed) and reports it.
 
 from __future__ import annotations
 
+import functools
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias, TypeVar
 
@@ -38,6 +40,7 @@ from wf.store.protocol import (
 Row: TypeAlias = tuple[Any, ...]
 """One result row, columns in the order of its named query."""
 _T = TypeVar("_T")
+_R = TypeVar("_R", bound=msgspec.Struct)
 
 
 _DECODE_ERRORS: Final = (msgspec.DecodeError, ValueError, TypeError)
@@ -153,12 +156,18 @@ def decode_all(
 
 def transition_from_row(row: Row) -> Transition:
     (activity_id, at, from_state, to_state, reason, attempt, failures, infra_requeues,
-     steals, token, worker_id, lease_expires_at, not_before, error, result) = row  # fmt: skip
+     steals, token, worker_id, lease_expires_at, not_before, error, result,
+     stack_trace) = row  # fmt: skip
     if isinstance(result, memoryview):
         result = result.tobytes()
     if result is not None and type(result) is not bytes:
         raise CorruptRecord(
             f"transition of activity {activity_id!r} has a {type(result).__name__} result",
+            activity_id=activity_id,
+        )
+    if stack_trace is not None and type(stack_trace) is not str:
+        raise CorruptRecord(
+            f"transition of activity {activity_id!r} has a {type(stack_trace).__name__} trace",
             activity_id=activity_id,
         )
     try:
@@ -178,6 +187,7 @@ def transition_from_row(row: Row) -> Transition:
             not_before=not_before,
             error=error,
             result=result,
+            stack_trace=stack_trace,
         )
     except ValueError as exc:
         raise CorruptRecord(
@@ -275,94 +285,54 @@ CHECKS: Final[tuple[tuple[str, Callable[[Row], Diagnostic | None]], ...]] = (
 # -------------------------------------------------------- runtime catalog
 
 
-def artifact_from_row(row: Sequence[Any]) -> ArtifactRow:
-    """``select_artifact*`` columns to an :class:`ArtifactRow`; a mistyped column
-    (SQLite is dynamically typed) raises :class:`~wf.errors.CorruptRecord`."""
-    artifact_id, version, plan, content_hash, created_at = row
-    if isinstance(plan, memoryview):
-        plan = plan.tobytes()
-    if not (
-        type(artifact_id) is str
-        and type(version) is int
-        and type(plan) is bytes
-        and type(content_hash) is str
-        and type(created_at) is float
-    ):
-        raise CorruptRecord(
-            f"artifacts row {artifact_id!r} v{version!r} has mistyped columns",
-            table="artifacts",
-            key=f"{artifact_id}@{version}",
-        )
-    return ArtifactRow(
-        artifact_id=artifact_id,
-        version=version,
-        plan=plan,
-        content_hash=content_hash,
-        created_at=created_at,
+def catalog_row(kind: type[_R], table: str, row: Sequence[Any], key_columns: int = 1) -> _R:
+    """``row``'s columns (in the order of ``kind``'s fields; absent trailing ones take
+    their defaults; extra ones are ignored) as a ``kind``.
+
+    A blob column PostgreSQL reads as a memoryview becomes bytes. A column whose type
+    is not its field's (SQLite is dynamically typed) raises
+    :class:`~wf.errors.CorruptRecord`, keyed by the first ``key_columns`` columns.
+    """
+    values: dict[str, Any] = {}
+    for (name, allowed), value in zip(_fields(kind), row, strict=False):
+        if type(value) is memoryview:
+            value = value.tobytes()
+        if type(value) not in allowed:
+            key = "@".join(map(str, row[:key_columns]))
+            raise CorruptRecord(
+                f"{table} row {key!r} has a mistyped {name} column ({type(value).__name__})",
+                table=table,
+                key=key,
+            )
+        values[name] = value
+    return kind(**values)
+
+
+@functools.cache
+def _fields(kind: type[msgspec.Struct]) -> tuple[tuple[str, tuple[type, ...]], ...]:
+    """Each field's name and the exact types its column may hold (a union's members)."""
+    return tuple(
+        (f.name, typing.get_args(f.type) or (f.type,)) for f in msgspec.structs.fields(kind)
     )
+
+
+def artifact_from_row(row: Sequence[Any]) -> ArtifactRow:
+    """``select_artifact*`` columns to an :class:`ArtifactRow` (see :func:`catalog_row`)."""
+    return catalog_row(ArtifactRow, "artifacts", row, key_columns=2)
 
 
 def deployment_from_row(row: Sequence[Any]) -> DeploymentRow:
-    """``select_deployment*`` columns to a :class:`DeploymentRow` (mistyped: CorruptRecord)."""
-    deployment_id, body, revision, updated_at = row
-    if isinstance(body, memoryview):
-        body = body.tobytes()
-    if not (
-        type(deployment_id) is str
-        and type(body) is bytes
-        and type(revision) is int
-        and type(updated_at) is float
-    ):
-        raise CorruptRecord(
-            f"deployments row {deployment_id!r} has mistyped columns",
-            table="deployments",
-            key=str(deployment_id),
-        )
-    return DeploymentRow(
-        deployment_id=deployment_id, body=body, revision=revision, updated_at=updated_at
-    )
+    """``select_deployment*`` columns to a :class:`DeploymentRow` (see :func:`catalog_row`)."""
+    return catalog_row(DeploymentRow, "deployments", row)
 
 
 # ------------------------------------------------------------------- runs
 
 
 def run_from_row(row: Sequence[Any]) -> RunRow:
-    """``select_run*`` columns to a :class:`RunRow` (mistyped: CorruptRecord); a query
+    """``select_run*`` columns to a :class:`RunRow` (see :func:`catalog_row`); a query
     that also selects ``request_id`` (``select_run_by_request``) has it last."""
-    (run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,
-     created_at, updated_at) = row[:10]  # fmt: skip
-    request_id = row[10] if len(row) > 10 else None
-    if isinstance(body, memoryview):
-        body = body.tobytes()
-    if not (
-        type(run_id) is str
-        and type(seq) is int
-        and type(deployment_id) is str
-        and type(tenant) is str
-        and type(status) is str
-        and (schedule_id is None or type(schedule_id) is str)
-        and type(body) is bytes
-        and type(revision) is int
-        and type(created_at) is float
-        and type(updated_at) is float
-        and (request_id is None or type(request_id) is str)
-    ):
-        raise CorruptRecord(
-            f"runs row {run_id!r} has mistyped columns", table="runs", key=str(run_id)
-        )
-    return RunRow(
-        request_id=request_id,
-        run_id=run_id,
-        seq=seq,
-        deployment_id=deployment_id,
-        tenant=tenant,
-        status=status,
-        schedule_id=schedule_id,
-        body=body,
-        revision=revision,
-        created_at=created_at,
-        updated_at=updated_at,
-    )
+    return catalog_row(RunRow, "runs", row)
 
 
 # -------------------------------------------------------------- schedules
@@ -381,59 +351,10 @@ OCCURRENCE_STATUSES: Final = (
 
 
 def schedule_from_row(row: Sequence[Any]) -> ScheduleRow:
-    """``select_schedule*`` columns to a :class:`ScheduleRow` (mistyped: CorruptRecord)."""
-    (schedule_id, tenant, deployment_id, status, body, revision, created_at,
-     updated_at) = row  # fmt: skip
-    if isinstance(body, memoryview):
-        body = body.tobytes()
-    if not (
-        type(schedule_id) is str
-        and type(tenant) is str
-        and type(deployment_id) is str
-        and type(status) is str
-        and type(body) is bytes
-        and type(revision) is int
-        and type(created_at) is float
-        and type(updated_at) is float
-    ):
-        raise CorruptRecord(
-            f"schedules row {schedule_id!r} has mistyped columns",
-            table="schedules",
-            key=str(schedule_id),
-        )
-    return ScheduleRow(
-        schedule_id=schedule_id,
-        tenant=tenant,
-        deployment_id=deployment_id,
-        status=status,
-        body=body,
-        revision=revision,
-        created_at=created_at,
-        updated_at=updated_at,
-    )
+    """``select_schedule*`` columns to a :class:`ScheduleRow` (see :func:`catalog_row`)."""
+    return catalog_row(ScheduleRow, "schedules", row)
 
 
 def occurrence_from_row(row: Sequence[Any]) -> OccurrenceRow:
-    """``select_occurrences`` columns to an :class:`OccurrenceRow` (mistyped: CorruptRecord)."""
-    schedule_id, instant, status, run_id, detail, recorded_at = row
-    if not (
-        type(schedule_id) is str
-        and type(instant) is float
-        and type(status) is str
-        and (run_id is None or type(run_id) is str)
-        and (detail is None or type(detail) is str)
-        and type(recorded_at) is float
-    ):
-        raise CorruptRecord(
-            f"occurrences row {schedule_id!r} at {instant!r} has mistyped columns",
-            table="occurrences",
-            key=f"{schedule_id}@{instant}",
-        )
-    return OccurrenceRow(
-        schedule_id=schedule_id,
-        instant=instant,
-        status=status,
-        run_id=run_id,
-        detail=detail,
-        recorded_at=recorded_at,
-    )
+    """``select_occurrences`` columns to an :class:`OccurrenceRow` (see :func:`catalog_row`)."""
+    return catalog_row(OccurrenceRow, "occurrences", row, key_columns=2)

@@ -315,7 +315,7 @@ class SQLiteStore(DrivenCatalog):
 
     def _open_sync(self) -> None:
         if self.create:
-            self.root.mkdir(parents=True, exist_ok=True)
+            files.make_root(self.root)
             if not os.path.lexists(self.db_path):
                 files.create(self.root)
         elif not self.root.is_dir():

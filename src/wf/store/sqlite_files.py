@@ -16,6 +16,12 @@ an SQLite error met while opening into the same (damage) or into
 ``sql/sqlite/`` in order, each in one transaction together with its row in
 ``schema_migrations``; :func:`require_current` is the ``create=False`` path,
 which never migrates.
+
+The store is the owner's only: :func:`make_root` creates a missing folder 0700
+and :func:`create` the database 0600 (SQLite gives the ``-wal``, ``-shm`` and
+``-journal`` files it makes the database's mode), whatever the umask.
+:func:`backup` copies a store online with SQLite's backup API
+(``wf store backup``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from wf.errors import CorruptRecord, StoreUnavailable, WfError
+from wf.errors import CorruptRecord, InvalidArgument, NotFound, StoreUnavailable, WfError
 from wf.store import check as checks
 from wf.store import codec
 
@@ -39,6 +45,10 @@ BUSY_TIMEOUT_MS: Final = 5_000
 """How long a connection waits for a lock held by another connection."""
 SQLITE_HEADER: Final = b"SQLite format 3\x00"
 """The first 16 bytes of every SQLite database file."""
+DIR_MODE: Final = 0o700
+"""A store folder wf creates: the owner's only (the store holds inputs and results)."""
+FILE_MODE: Final = 0o600
+"""The store's files (database, its WAL and shared memory, the lock): the owner's only."""
 
 _MIGRATIONS: Final = "schema_migrations"
 _SQLITE_CORRUPT: Final = 11
@@ -64,6 +74,10 @@ def create(root: Path) -> None:
     for leftover in private:
         leftover.unlink(missing_ok=True)
     try:
+        # Owner-only from the first byte: SQLite gives the -wal, -shm and -journal
+        # files it creates beside a database the database file's own mode.
+        os.close(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE))
+        os.chmod(fresh, FILE_MODE)  # whatever the umask took away or left
         conn = sqlite3.connect(fresh, isolation_level=None)
         try:
             conn.execute("PRAGMA synchronous=FULL")
@@ -76,6 +90,76 @@ def create(root: Path) -> None:
     finally:
         for leftover in private:
             leftover.unlink(missing_ok=True)
+
+
+def make_root(root: Path) -> None:
+    """Create the store folder and its missing parents owner-only; a folder that exists
+    keeps the mode its owner gave it (a service manager's state directory, say)."""
+    missing: list[Path] = []
+    folder = root
+    while not folder.is_dir():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            if path.is_dir():
+                continue  # made meanwhile by someone else: theirs, mode included
+            raise
+        os.chmod(path, DIR_MODE)  # mkdir's mode is masked by the umask
+
+
+def backup(root: Path, target: Path) -> int:
+    """Copy the store in ``root`` to the new file ``target`` with SQLite's online backup
+    (a consistent snapshot even while a server writes) and return its size in bytes.
+
+    The copy is written owner-only under a private name, checked with SQLite's
+    ``quick_check``, made durable and only then linked to ``target``, so ``target``
+    is always a whole database. ``target`` must not exist (InvalidArgument)."""
+    db_path = root / DB_NAME
+    if not os.path.lexists(db_path):
+        raise NotFound(f"no store at {root}: it holds no {DB_NAME}", path=str(db_path))
+    if os.path.lexists(target):
+        raise InvalidArgument(f"{target} exists: a backup never overwrites", path=str(target))
+    if not target.parent.is_dir():  # else the private copy's name surfaced in an OSError
+        raise InvalidArgument(
+            f"{target.parent} is not a folder: a backup goes into an existing folder",
+            path=str(target),
+        )
+    inspect(db_path)
+    fresh = target.with_name(f".{target.name}.{os.getpid()}.new")
+    fresh.unlink(missing_ok=True)
+    os.close(os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE))
+    try:
+        uri = f"file:{urllib.parse.quote(str(db_path.absolute()))}?mode=ro"
+        source = sqlite3.connect(uri, uri=True, isolation_level=None)
+        try:
+            source.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            copy = sqlite3.connect(fresh, isolation_level=None)
+            try:
+                source.backup(copy)
+                copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+                (verdict,) = copy.execute("PRAGMA quick_check").fetchone()
+                if verdict != "ok":
+                    raise CorruptRecord(f"the copy of {db_path} fails its check: {verdict}")
+            finally:
+                copy.close()
+        finally:
+            source.close()
+        _fsync(fresh)
+        try:
+            os.link(fresh, target)
+        except FileExistsError:
+            raise InvalidArgument(
+                f"{target} exists: a backup never overwrites", path=str(target)
+            ) from None
+        _fsync(target.parent if str(target.parent) else Path("."))
+    finally:
+        fresh.unlink(missing_ok=True)
+    return target.stat().st_size
 
 
 def inspect(path: Path) -> None:

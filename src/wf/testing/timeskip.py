@@ -49,11 +49,16 @@ virtual instants every time.
 service (or the server, which stops it first) skips time toward the drain's
 deadline, from due instant to due instant, so the drain ends when the runs
 end, or at ``drain_grace_s`` of virtual time, as it would on a real clock.
+Stopping a local server then skips to the instant of any early grant its
+workers still hold (:attr:`~wf.server.local.LocalStaticServer.before_workers_stop`),
+which their graceful shutdown runs at that instant.
 
 Work that needs a worker still takes real time, but only while the clock
-stands still. Remote workers are seen only through the core (their leases);
-local workers run with the real clock, so an activity granted ahead of its
-due instant (``SchedulerConfig.early_grant_s``, 50 ms) starts at once.
+stands still. Remote workers are seen only through the core (their leases).
+Local workers run on the server's clock: an activity granted ahead of its due
+instant (``SchedulerConfig.early_grant_s``, 50 ms) waits in its worker's slot
+for that instant on the virtual clock, as it would on a real one; such a wait
+is not work in flight, and its instant is a due instant the skipper jumps to.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ from datetime import datetime
 from typing import Final
 
 from wf.errors import Conflict
-from wf.scheduler.model import ActivityState, WorkerStatus
+from wf.scheduler.model import ActivityState
 from wf.schedules.service import ScheduleService
 from wf.server.app import WfServer
 from wf.server.local import LocalStaticServer
@@ -103,6 +108,8 @@ class TimeSkipper:
         self.service = service
         if service is not None:
             service.drain_wait = self._drain_wait
+        if self._local is not None:
+            self._local.before_workers_stop = self._release_early_grants
         self.jumps = 0
         """Jumps made so far."""
         self._driving = asyncio.Lock()
@@ -116,13 +123,16 @@ class TimeSkipper:
         if not node.quiescent():
             return "a scheduler command is committing or its listeners are not told yet"
         now = self.clock.now()
-        due = self._delay_due_at()
+        due = node.reads.next_delay_due()
         if due is not None and due <= now:
             return "a delayed activity is due"
         reads = node.reads
+        # An early grant waiting in a local worker's slot for its (future) instant is
+        # not work in flight: nothing runs until the clock reaches it (next_due).
+        waiting = {a for a, t in self._waiting_until().items() if t > now}
         for activity_id in reads.held_ids():
             held = reads.attempt(activity_id)
-            if held is not None and held[0] in _BUSY:
+            if held is not None and held[0] in _BUSY and activity_id not in waiting:
                 return f"activity {activity_id} is {held[0].value}"
         engine = self.server.engine
         if not engine.idle():
@@ -136,7 +146,7 @@ class TimeSkipper:
         if self.service is not None and self.service.pending_work():
             return "the schedule service has work"
         for worker in self._workers():
-            if worker.executing or worker.held():
+            if any(activity_id not in waiting for activity_id in worker.held()):
                 return f"worker {worker.worker_id} holds a lease"
         return None
 
@@ -147,9 +157,10 @@ class TimeSkipper:
     def next_due(self) -> float | None:
         """The next instant something is due (occurrences, timers, delayed activities)."""
         candidates = [
-            self._delay_due_at(),
+            self.server.node.reads.next_delay_due(),
             self.server.engine.next_timer_at(),
             None if self.service is None else self.service.next_wake_at(),
+            *self._waiting_until().values(),
         ]
         due = [t for t in candidates if t is not None]
         return min(due) if due else None
@@ -165,7 +176,7 @@ class TimeSkipper:
         deadline = loop.time() + timeout_s
         node = self.server.node
         while True:
-            due = self._delay_due_at()
+            due = node.reads.next_delay_due()
             if due is not None and due <= self.clock.now():
                 await node.tick()
             await self.server.engine.poll()
@@ -217,10 +228,18 @@ class TimeSkipper:
                 await self._jump(deadline if due is None else min(due, deadline))
                 self.jumps += 1
 
+    async def _release_early_grants(self) -> None:
+        """Skip to the instant of the early grants local workers still hold (under
+        ``early_grant_s`` away): a worker's graceful shutdown runs a started one at
+        its instant, which on a virtual clock only the skipper brings."""
+        waiting = self._waiting_until()
+        if waiting:
+            await self.advance_to(max(waiting.values()))
+
     async def _jump(self, t: float) -> None:
         async with self._passes_held():
             self.clock.advance_to(max(t, self.clock.now()))
-            self._rearm_liveness(self.clock.now())
+            self.server.node.rearm_liveness()
             await self.server.node.tick()
             await self.server.engine.poll()
         await self.settle()
@@ -233,18 +252,13 @@ class TimeSkipper:
         async with self.service.hold():
             yield
 
-    # The node's read port has no read for these two, so they alone touch the core:
-    # the earliest delayed activity (a read), and the liveness re-arm after a jump
-    # (a change no command makes: start-up recovery does the same).
-
-    def _delay_due_at(self) -> float | None:
-        return self.server.node.core.timers.next_due_at()
-
-    def _rearm_liveness(self, now: float) -> None:
-        registry = self.server.node.core.registry
-        for worker in registry.workers.values():
-            if worker.status is WorkerStatus.ACTIVE:
-                registry.touch(worker, now)
-
     def _workers(self) -> list[Worker]:
         return [] if self._local is None else self._local.workers
+
+    def _waiting_until(self) -> dict[str, float]:
+        """Early grants the local workers hold until their instant (see
+        :meth:`~wf.worker.Worker.waiting_until`): activity id -> instant."""
+        waiting: dict[str, float] = {}
+        for worker in self._workers():
+            waiting.update(worker.waiting_until())
+        return waiting

@@ -139,6 +139,11 @@ def check_text(value: str, field: str, *, length_max: int = TEXT_LENGTH_MAX) -> 
         raise _refuse(field, f"longer than {length_max} characters")
     if "\x00" in value:
         raise _refuse(field, "contains a NUL character")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no store can hold it
+            raise _refuse(field, "is not valid UTF-8 (a lone surrogate)") from None
     return value
 
 

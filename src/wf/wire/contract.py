@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from wf.wire import cluster_methods, schedule_methods, scheduler_methods, workflow_methods
-from wf.wire.methods import DISCOVER, MethodSpec
+from wf.wire.methods import DISCOVER, WHOAMI, MethodSpec
 
 
 def method_table(specs: Iterable[MethodSpec[Any]]) -> dict[str, MethodSpec[Any]]:
@@ -38,6 +38,7 @@ METHODS: Final[Mapping[str, MethodSpec[Any]]] = method_table(
         *schedule_methods.METHODS,
         *cluster_methods.METHODS,
         DISCOVER,
+        WHOAMI,
     )
 )
 """Every method of a wf server, by JSON-RPC name."""

@@ -67,7 +67,8 @@ class NoParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 
 class MethodInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """One entry of ``rpc.discover``."""
+    """One entry of the compact method listing (``Registry.describe``; ``rpc.discover``
+    answers an OpenRPC document)."""
 
     name: str
     """The JSON-RPC method name."""
@@ -83,8 +84,32 @@ DISCOVER: Final = MethodSpec(
     name="rpc.discover",
     python_name="discover",
     params=NoParams,
-    result=list[MethodInfo],
+    result=dict[str, Any],
     access="read",
-    summary="Every method with its parameter JSON Schema.",
+    summary="The server's OpenRPC document: every method with its params, result and errors.",
 )
-"""``rpc.discover``: the server's own listing of its methods."""
+"""``rpc.discover``: the server's own description of its methods, an OpenRPC document
+(https://spec.open-rpc.org; built by ``wf.server.openrpc``)."""
+
+
+class Identity(msgspec.Struct, frozen=True, kw_only=True):
+    """The caller as the server authenticated it (``rpc.whoami``)."""
+
+    identity: str
+    """Credential name (``anonymous`` when authentication is off)."""
+    role: str
+    """``admin``, ``operator``, ``read-only`` or ``worker``."""
+    tenants: list[str] | None
+    """Tenants it may act for (``None``: all)."""
+
+
+WHOAMI: Final = MethodSpec(
+    name="rpc.whoami",
+    python_name="whoami",
+    params=NoParams,
+    result=Identity,
+    access="read",
+    summary="The calling credential's name, role and tenants.",
+)
+"""``rpc.whoami``: who the server takes the caller for (the console hides the actions
+the role may not take; the server still checks every call)."""

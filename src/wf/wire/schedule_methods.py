@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import msgspec
 
-from wf.wire.bounds import I64, Cursor, Id, Name, Text, check_json_value
+from wf.wire.bounds import I64, Cursor, Id, Name, Seconds, Text, check_json_value
 from wf.wire.methods import MethodSpec
 from wf.wire.paging import PAGE_LIMIT_DEFAULT, Limit
 
@@ -45,6 +45,9 @@ class CreateScheduleParams(_Params, frozen=True, kw_only=True):
     """Budget of node starts per run."""
     note: Text | None = None
     """Free text."""
+    misfire_lateness_s: Seconds | None = None
+    """This schedule's misfire allowance in seconds, 0-604800 (``null``: the server's
+    ``server.scheduler.misfire_lateness_s``)."""
 
     def __post_init__(self) -> None:
         """Bound the free-form trigger and inputs (depth, size, strings, integers)."""
@@ -80,6 +83,9 @@ class ListSchedulesParams(_Params, frozen=True, kw_only=True):
     """Page size, 1-100."""
     cursor: Cursor | None = None
     """``next_cursor`` of the previous page."""
+    status: Name | None = None
+    """Only schedules in this state: ``active``, ``paused``, ``finished``, ``blocked``
+    or ``deleted`` (a page may then hold fewer than ``limit``; follow ``next_cursor``)."""
 
 
 class UpdateScheduleParams(_Params, frozen=True, kw_only=True):
@@ -105,6 +111,8 @@ class UpdateScheduleParams(_Params, frozen=True, kw_only=True):
     """New budget (cannot be cleared once set)."""
     note: Text | None = None
     """New note."""
+    misfire_lateness_s: Seconds | None = None
+    """New misfire allowance in seconds (cannot be cleared once set)."""
 
     def __post_init__(self) -> None:
         """Bound the free-form trigger and inputs (depth, size, strings, integers)."""

@@ -16,6 +16,7 @@ import msgspec
 from wf.errors import InvalidArgument
 from wf.scheduler.model import Activity, NameSet
 from wf.wire.bounds import (
+    DURATION_MAX_S,
     ID_LENGTH_MAX,
     Id,
     Instant,
@@ -49,6 +50,7 @@ class WireActivity(Activity, kw_only=True, gc=False, forbid_unknown_fields=True)
     policy: Name | None = None
     not_before: Instant | None = None
     payload: Payload = b""
+    schedule_to_start_s: Annotated[float, msgspec.Meta(gt=0.0, le=DURATION_MAX_S)] | None = None
     seq: NonNegI64 = 0
     attempt: NonNegI64 = 0
     failures: NonNegI64 = 0

@@ -18,6 +18,7 @@ from wf.scheduler.outputs import LeaseGranted, LeaseRevoked, Transition
 from wf.wire.bounds import (
     Count,
     Cursor,
+    Details,
     Id,
     Name,
     NonNegI64,
@@ -47,6 +48,10 @@ class RegisterWorkerParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unk
     """``scheduler.workers.register``."""
 
     info: WorkerInfo
+    """Who the worker is and what it serves; ``info.declared`` carries each served
+    type's declared defaults (``idempotent``, ``retry``), which the server applies to
+    this worker's leases of submissions that leave them unsaid (docs/server.md,
+    "Declared defaults")."""
     held: Annotated[list[HeldLease], msgspec.Meta(max_length=10_000)] | None = None
     """The leases the worker holds as it registers (after a server failover or a
     restart of the server): the server keeps these, gives them a fresh grace, and
@@ -69,7 +74,8 @@ class PollParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     max_items: PositiveCount = 1
     wait_s: float = 20.0
     start: Count = 0
-    """How many of the leases the worker begins on receipt (see ``Poll.start``)."""
+    """How many of the leases the worker begins on receipt (see ``Poll.start``): each
+    such grant is committed as the activity's start, and the worker must run it."""
 
 
 class WorkerIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -79,10 +85,22 @@ class WorkerIdParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 
 class FencedParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``scheduler.leases.start`` and ``scheduler.leases.renew``."""
+    """``scheduler.leases.start`` and ``scheduler.leases.details``."""
 
     activity_id: Id
     token: NonNegI64
+
+
+class RenewParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``scheduler.leases.renew``."""
+
+    activity_id: Id
+    token: NonNegI64
+    details: Details | None = None
+    """The attempt's latest heartbeat details (one UTF-8 JSON document of at most
+    64 KiB), when they changed since the last renewal; ``None`` keeps the ones the
+    server holds. The server keeps them with the activity and hands them to its next
+    attempt (``scheduler.leases.details``)."""
 
 
 class CompleteParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -107,6 +125,9 @@ class FailParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     retryable: bool = True
     unreported_start: bool = False
     """As for ``scheduler.leases.complete``."""
+    stack_trace: Text = ""
+    """The failure's formatted stack trace (at most 16,384 characters: the worker SDK
+    trims longer ones in the middle); kept with the attempt's record."""
 
 
 class SubmitParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -218,6 +239,54 @@ class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
     workers_active: int
 
 
+class LaneDepth(msgspec.Struct, frozen=True, kw_only=True):
+    """One non-empty lane of the ready queue (``scheduler.dispatch.stats``)."""
+
+    partition: str
+    tenant: str
+    activity_type: str
+    priority: str
+    region: str | None
+    depth: int
+
+
+class DispatchStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Dispatch figures now (``scheduler.dispatch.stats``): counters since the core
+    started, from which a reader derives rates between two calls, and the
+    scheduling-latency histogram (queued -> leased)."""
+
+    at: float
+    """The server's clock when read."""
+    depth: int
+    depth_by_partition: dict[str, int]
+    lanes: list[LaneDepth]
+    """The deepest non-empty lanes, deepest first (at most :data:`LANES_SHOWN_MAX`)."""
+    lanes_total: int
+    """Non-empty lanes in all."""
+    running: int
+    capacity: int
+    delayed: int
+    backpressure: str
+    workers_by_status: dict[str, int]
+    submitted: int
+    dispatched: int
+    completed: int
+    failed: int
+    retries: int
+    requeued: int
+    expired_leases: int
+    latency_bounds_s: list[float]
+    """Upper bounds of the latency buckets (the last bucket, +Inf, has none)."""
+    latency_buckets: list[int]
+    """Non-cumulative counts per bucket (one more than the bounds)."""
+    latency_sum_s: float
+    latency_count: int
+
+
+LANES_SHOWN_MAX: Final = 50
+"""Most lanes ``scheduler.dispatch.stats`` lists."""
+
+
 # ------------------------------------------------------------- declarations
 
 REGISTER_WORKER: Final = MethodSpec(
@@ -265,11 +334,20 @@ START_ACTIVITY: Final = MethodSpec(
 RENEW_LEASE: Final = MethodSpec(
     name="scheduler.leases.renew",
     python_name="renew_lease",
-    params=FencedParams,
+    params=RenewParams,
     result=float,
     wrap="expires_at",
     access="worker",
     summary="Renew a lease (fenced by its token).",
+)
+LEASE_DETAILS: Final = MethodSpec(
+    name="scheduler.leases.details",
+    python_name="lease_details",
+    params=FencedParams,
+    result=bytes | None,
+    wrap="details",
+    access="worker",
+    summary="The last heartbeat details an earlier attempt of a leased activity sent (fenced).",
 )
 COMPLETE_ACTIVITY: Final = MethodSpec(
     name="scheduler.leases.complete",
@@ -336,6 +414,14 @@ QUEUE_STATS: Final = MethodSpec(
     access="read",
     summary="Queue depth, capacity and backpressure level.",
 )
+DISPATCH_STATS: Final = MethodSpec(
+    name="scheduler.dispatch.stats",
+    python_name="dispatch_stats",
+    params=NoParams,
+    result=DispatchStats,
+    access="read",
+    summary="Queue depth by partition and lane, dispatch counters, latency, workers.",
+)
 
 METHODS: Final[tuple[MethodSpec[Any], ...]] = (
     REGISTER_WORKER,
@@ -344,6 +430,7 @@ METHODS: Final[tuple[MethodSpec[Any], ...]] = (
     SHUTDOWN_WORKER,
     START_ACTIVITY,
     RENEW_LEASE,
+    LEASE_DETAILS,
     COMPLETE_ACTIVITY,
     FAIL_ACTIVITY,
     SUBMIT_ACTIVITIES,
@@ -352,5 +439,6 @@ METHODS: Final[tuple[MethodSpec[Any], ...]] = (
     ACTIVITY_HISTORY,
     LIST_WORKERS,
     QUEUE_STATS,
+    DISPATCH_STATS,
 )
 """Every ``scheduler.*`` method."""

@@ -11,7 +11,7 @@ runtime, the node or the store.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
 
@@ -24,6 +24,15 @@ NODES_MAX: Final = 1_000
 """Most nodes one plan may hold."""
 VERSION_MAX: Final = 2**31 - 1
 """Highest artifact version."""
+MAP_ITEMS_MAX: Final = 1_000
+"""Hard cap on a map node's ``max_items`` (items one fan-out may run)."""
+MAP_ITEMS_DEFAULT: Final = 100
+"""A map node's ``max_items`` when the plan does not say."""
+
+SkipWhen: TypeAlias = Literal["any_skipped", "all_skipped"]
+"""When a node is skipped because of its ``needs`` (docs/workflows.md, "Conditions"):
+``any_skipped`` (the default) when any need was skipped or is a condition that did
+not hold; ``all_skipped`` only when every need was (a join after branches)."""
 
 Bindings: TypeAlias = dict[str, Any]
 """Names to binding expressions (see :mod:`wf.runtime.plan`)."""
@@ -31,6 +40,36 @@ Bindings: TypeAlias = dict[str, Any]
 
 def _no_schema() -> dict[str, Any]:
     return {"type": "object"}
+
+
+EXPRESSION_OPS: Final = ("and", "eq", "exists", "ge", "gt", "in", "le", "lt", "ne", "not", "or")
+"""The operators of a condition expression (:mod:`wf.runtime.expr`)."""
+
+_EXPRESSION_SCHEMA: Final[dict[str, Any]] = {
+    "description": 'A condition expression: {"op": OP, "args": [...]}. eq/ne/lt/le/gt/ge/in '
+    "take two operands (bindings), exists one reference, and/or one or more "
+    "expressions, not exactly one.",
+    "required": ["op", "args"],
+    "properties": {
+        "op": {"enum": list(EXPRESSION_OPS)},
+        "args": {"type": "array", "minItems": 1},
+    },
+    "additionalProperties": False,
+}
+
+Expression: TypeAlias = Annotated[
+    dict[str, Any], msgspec.Meta(extra_json_schema=_EXPRESSION_SCHEMA)
+]
+"""A condition node's ``when`` (checked by :mod:`wf.runtime.expr` when a plan is created)."""
+
+ItemsBinding: TypeAlias = Annotated[
+    dict[str, Any],
+    msgspec.Meta(
+        description='The list a map node fans out over: {"$input": name} or '
+        '{"$node": id, "path": "a.b"}.'
+    ),
+]
+"""A map node's ``items``: a reference that resolves to a list."""
 
 
 # -------------------------------------------------------------------- plans
@@ -55,6 +94,8 @@ class ActivityNode(
     """Argument name to binding (run inputs, upstream outputs, literals)."""
     needs: tuple[str, ...] = ()
     """Upstream node ids that must complete first."""
+    skip_when: SkipWhen = "any_skipped"
+    """When the node is skipped because of its needs (see :data:`SkipWhen`)."""
     capabilities: frozenset[str] = frozenset()
     """Capabilities a worker must advertise to take it."""
     priority: Priority | None = None
@@ -63,6 +104,10 @@ class ActivityNode(
     """Retry policy for the activity's own failures."""
     timeout_s: float | None = None
     """Most seconds one attempt may run; ``None``: no limit of its own."""
+    schedule_to_start_s: float | None = None
+    """Most seconds its activity may wait in the ready queue for a worker each time it
+    is queued: past that the attempt fails (``ScheduleToStartTimeout``, retryable, so
+    ``retry`` applies); ``None``: it waits as long as it takes."""
     idempotent: bool = False
     """May be rerun safely after its executing worker was lost."""
 
@@ -84,6 +129,8 @@ class InterruptNode(
     """What the run asks for, shown to whoever answers."""
     needs: tuple[str, ...] = ()
     """Upstream node ids that must complete first."""
+    skip_when: SkipWhen = "any_skipped"
+    """When the node is skipped because of its needs (see :data:`SkipWhen`)."""
     input_schema: dict[str, Any] = msgspec.field(default_factory=_no_schema)
     """JSON Schema the answer must satisfy."""
 
@@ -105,9 +152,75 @@ class TimerNode(
     """When it fires, counted from the moment the node becomes ready."""
     needs: tuple[str, ...] = ()
     """Upstream node ids that must complete first."""
+    skip_when: SkipWhen = "any_skipped"
+    """When the node is skipped because of its needs (see :data:`SkipWhen`)."""
 
 
-Node: TypeAlias = ActivityNode | InterruptNode | TimerNode
+class ConditionNode(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    tag_field="kind",
+    tag="condition",
+):
+    """Evaluate an expression over inputs and upstream outputs; its output is the
+    boolean, and the nodes that need it are skipped when it is false."""
+
+    id: str
+    """Node id, unique in the plan."""
+    when: Expression
+    """The expression (``{"op": ..., "args": [...]}``, see :mod:`wf.runtime.expr`)."""
+    needs: tuple[str, ...] = ()
+    """Upstream node ids that must complete first."""
+    skip_when: SkipWhen = "any_skipped"
+    """When the node is skipped because of its needs (see :data:`SkipWhen`)."""
+
+
+class MapNode(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    tag_field="kind",
+    tag="map",
+):
+    """Run one activity per item of a list; its output is their results, in order."""
+
+    id: str
+    """Node id, unique in the plan."""
+    activity_type: str
+    """The activity type a worker registered (run once per item)."""
+    items: ItemsBinding
+    """Binding that resolves to the list to fan out over (a run input or upstream output)."""
+    args: Bindings = msgspec.field(default_factory=dict)
+    """Argument name to binding; ``{"$item": "path"}`` is the current item (``""``: whole)."""
+    max_items: int = MAP_ITEMS_DEFAULT
+    """Most items (1..:data:`MAP_ITEMS_MAX`); a longer list fails the node."""
+    concurrency: int | None = None
+    """Most items in flight at once (``None``: all)."""
+    needs: tuple[str, ...] = ()
+    """Upstream node ids that must complete first."""
+    skip_when: SkipWhen = "any_skipped"
+    """When the node is skipped because of its needs (see :data:`SkipWhen`)."""
+    capabilities: frozenset[str] = frozenset()
+    """Capabilities a worker must advertise to take an item."""
+    priority: Priority | None = None
+    """Scheduling priority; ``None`` takes the deployment's."""
+    retry: RetryPolicy = DEFAULT_RETRY
+    """Retry policy of each item's activity."""
+    timeout_s: float | None = None
+    """Most seconds one attempt of an item may run."""
+    schedule_to_start_s: float | None = None
+    """Most seconds an item's activity may wait in the ready queue (as for an
+    activity node)."""
+    idempotent: bool = False
+    """An item may be rerun safely after its executing worker was lost."""
+
+
+Node: TypeAlias = ActivityNode | InterruptNode | TimerNode | ConditionNode | MapNode
 """Any plan node (tagged by ``kind``)."""
 
 
@@ -121,7 +234,7 @@ class Plan(
     input_schema: dict[str, Any] = msgspec.field(default_factory=_no_schema)
     """JSON Schema a run's inputs must satisfy."""
     output: Bindings = msgspec.field(default_factory=dict)
-    """Output name to binding, evaluated when every node has completed."""
+    """Output name to binding, evaluated when every node has completed or was skipped."""
     format: int = PLAN_FORMAT
     """Plan format version."""
 

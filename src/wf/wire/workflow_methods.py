@@ -10,13 +10,14 @@ them (each declaration's ``python_name`` is its method).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
 from wf.wire.bounds import (
     Cursor,
     Id,
+    Instant,
     Name,
     NonNegI64,
     Positive64,
@@ -26,6 +27,12 @@ from wf.wire.bounds import (
 from wf.wire.methods import MethodSpec
 from wf.wire.paging import PAGE_LIMIT_DEFAULT, Limit
 from wf.wire.workflow import Artifact, ArtifactPage, Deployment, DeploymentPage
+
+RUN_COUNT_WINDOW_MAX_S: Final = 7 * 86_400.0
+"""Longest window ``workflow.runs.counts`` counts over."""
+RUN_COUNT_SCAN_MAX: Final = 10_000
+"""Most runs ``workflow.runs.counts`` reads (the newest): its cost is bounded whatever
+the store's size."""
 
 
 class CreateArtifactParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -131,6 +138,33 @@ class ListRunsParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """Page size, 1-100."""
     cursor: Cursor | None = None
     """``next_cursor`` of the previous page."""
+    newest_first: bool = False
+    """List the newest runs first (the cursor then continues downwards)."""
+    created_after: Instant | None = None
+    """Only runs created at or after this instant (epoch seconds)."""
+    created_before: Instant | None = None
+    """Only runs created before this instant (epoch seconds)."""
+
+
+class CountRunsParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``workflow.runs.counts``."""
+
+    window_s: Annotated[float, msgspec.Meta(gt=0.0, le=RUN_COUNT_WINDOW_MAX_S)] = 3600.0
+    """Count runs created within this many seconds before now."""
+
+
+class RunCounts(msgspec.Struct, frozen=True, kw_only=True):
+    """Runs created in a recent window, by status (``workflow.runs.counts``)."""
+
+    since: float
+    """Start of the window (epoch seconds)."""
+    until: float
+    """The server's clock when counted."""
+    by_status: dict[str, int]
+    """Runs created within the window, by current status."""
+    complete: bool
+    """False when more than :data:`RUN_COUNT_SCAN_MAX` runs were created within the
+    window: the counts then cover only the newest of them."""
 
 
 class ResumeRunParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -181,7 +215,15 @@ LIST_RUNS: Final = MethodSpec(
     params=ListRunsParams,
     result=dict[str, Any],
     access="read",
-    summary="A page of runs, oldest first, with a next_cursor.",
+    summary="A page of runs, oldest first (or newest_first), with a next_cursor.",
+)
+COUNT_RUNS: Final = MethodSpec(
+    name="workflow.runs.counts",
+    python_name="count_runs",
+    params=CountRunsParams,
+    result=RunCounts,
+    access="read",
+    summary="Runs created in the last window_s seconds, by status.",
 )
 RESUME_RUN: Final = MethodSpec(
     name="workflow.runs.resume",
@@ -252,6 +294,7 @@ METHODS: Final[tuple[MethodSpec[Any], ...]] = (
     START_RUN,
     INSPECT_RUN,
     LIST_RUNS,
+    COUNT_RUNS,
     RESUME_RUN,
     CANCEL_RUN,
     CREATE_ARTIFACT,

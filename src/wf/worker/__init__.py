@@ -40,6 +40,7 @@ from wf.worker.activity import (
     encode_result,
     heartbeat,
     is_cancelled,
+    last_heartbeat_details,
 )
 from wf.worker.leases import LeaseStatus, WorkerCounters
 from wf.worker.runtime import Worker, default_worker_id
@@ -64,4 +65,5 @@ __all__ = [
     "encode_result",
     "heartbeat",
     "is_cancelled",
+    "last_heartbeat_details",
 ]

@@ -6,6 +6,11 @@ Theory of operation
 :class:`ActivityDefinition`: the function plus the name workers advertise
 and submissions name as ``activity_type``, whether it is idempotent (safe to
 rerun after a lost worker), and the capabilities a worker needs to run it.
+A worker serving the type declares its ``idempotent`` and ``retry`` when it
+registers, and the server applies them to every submission of the type that
+leaves them unsaid (``idempotent=None``, the default retry policy): a plain
+``Activity(activity_type=...)`` submitted by any client gets the semantics the
+code declares (docs/server.md, "Declared defaults").
 
 Payload convention: the scheduler treats ``Activity.payload`` as opaque
 bytes; wf's worker SDK reads them as UTF-8 JSON naming the function's
@@ -29,7 +34,11 @@ builds a whole submission. The result a worker reports is the JSON of the return
 While an activity runs, a context variable holds its :class:`ActivityContext`.
 :func:`heartbeat` records progress details on it: it never blocks, never does
 I/O and keeps only the latest details (a tight loop may call it freely). The
-worker renews the lease on its own, whether or not the code heartbeats.
+worker renews the lease on its own, whether or not the code heartbeats, and
+sends the latest details (JSON, at most 64 KiB) with the next renewal; the
+server keeps them with the activity, shows them in ``runs.inspect`` and hands
+them to the next attempt (:func:`last_heartbeat_details`), so that long work
+can resume where it stopped.
 Cancellation (the lease was revoked or lost) cancels an ``async`` activity's
 task; sync code runs in a thread and cannot be interrupted, so it should
 poll :func:`is_cancelled` (or :meth:`ActivityContext.raise_if_cancelled`)
@@ -42,10 +51,10 @@ import contextvars
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar, overload
 
 from wf.errors import InvalidArgument
-from wf.scheduler.model import Activity, RetryPolicy
+from wf.scheduler.model import Activity, ActivityDefaults, RetryPolicy
 from wf.wire.payloads import decode_result as decode_result
 from wf.wire.payloads import encode_payload as encode_payload
 from wf.wire.payloads import encode_result as encode_result
@@ -107,6 +116,11 @@ class ActivityDefinition:
         """Call the function directly (no worker, no context): handy in unit tests."""
         return self.fn(*args, **kwargs)
 
+    def declared(self) -> ActivityDefaults:
+        """The defaults a worker serving this type declares when it registers: the
+        server applies them to submissions of the type that leave them unsaid."""
+        return ActivityDefaults(idempotent=self.idempotent, retry=self.retry)
+
     def activity(
         self,
         activity_id: str,
@@ -134,8 +148,25 @@ class ActivityDefinition:
         )
 
 
+P = ParamSpec("P")
+R_co = TypeVar("R_co", covariant=True)
+R = TypeVar("R")
+
+
+class TypedActivity(ActivityDefinition, Generic[P, R_co]):
+    """What ``@activity`` returns: an :class:`ActivityDefinition` that keeps its
+    function's parameters and return type for type checkers (calling it is calling
+    the function; :func:`wf.flow.call` reads the return type)."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+
 @overload
-def activity(fn: Callable[..., Any], /) -> ActivityDefinition: ...
+def activity(fn: Callable[P, R], /) -> TypedActivity[P, R]: ...
 
 
 @overload
@@ -145,7 +176,7 @@ def activity(
     idempotent: bool = False,
     capabilities: Iterable[str] = (),
     retry: RetryPolicy | None = None,
-) -> Callable[[Callable[..., Any]], ActivityDefinition]: ...
+) -> Callable[[Callable[P, R]], TypedActivity[P, R]]: ...
 
 
 def activity(
@@ -156,13 +187,24 @@ def activity(
     idempotent: bool = False,
     capabilities: Iterable[str] = (),
     retry: RetryPolicy | None = None,
-) -> ActivityDefinition | Callable[[Callable[..., Any]], ActivityDefinition]:
+) -> TypedActivity[Any, Any] | Callable[[Callable[..., Any]], TypedActivity[Any, Any]]:
     """Declare an activity: ``@activity`` or ``@activity(name=..., idempotent=..., ...)``.
 
-    ``name`` defaults to the function's ``__qualname__``.
+    ``name`` defaults to the function's ``__qualname__``. ``idempotent``: the
+    activity may run again after its worker was lost mid-execution.
+    ``capabilities``: what a worker must advertise to run it.
+
+    ``retry`` is declared to the server with the worker's registration and
+    applies to submissions of the type that leave their own unsaid. Without
+    one the server's default applies, ``RetryPolicy()``: **3 attempts in all,
+    the first retry after 1 s, each later delay doubled (x2), no delay above
+    300 s**, each shortened by a deterministic jitter of up to 10 %. An
+    exception fails the attempt (its type, message and formatted stack trace
+    are reported and kept with the attempt); :class:`NonRetryableError` fails
+    the activity at once. See docs/server.md, "Failures and retries".
     """
 
-    def wrap(f: Callable[..., Any]) -> ActivityDefinition:
+    def wrap(f: Callable[..., Any]) -> TypedActivity[Any, Any]:
         if isinstance(f, ActivityDefinition):
             raise InvalidArgument(f"{f.name!r} is already an activity")
         if not callable(f):
@@ -172,7 +214,7 @@ def activity(
             raise InvalidArgument(
                 f"activity name must be 1..{ACTIVITY_NAME_MAX} characters", field="name"
             )
-        return ActivityDefinition(
+        return TypedActivity(
             name=type_name,
             fn=f,
             is_async=inspect.iscoroutinefunction(f),
@@ -215,6 +257,9 @@ class ActivityContext:
     """The latest details passed to :func:`heartbeat`."""
     heartbeats: int = 0
     """How many times the code heartbeated."""
+    last_heartbeat_details: Any = None
+    """The details an earlier attempt of this activity last sent to the server (see
+    :func:`last_heartbeat_details`); ``None`` on a first attempt or when none did."""
     cancel_reason: str | None = None
     """Why the attempt was cancelled (``None`` while it may go on)."""
     _cancelled: bool = field(default=False, init=False, repr=False)
@@ -259,6 +304,15 @@ def current_context() -> ActivityContext:
 def heartbeat(details: Any = None) -> None:
     """Record progress details of the running activity (never blocks; latest wins)."""
     current_context().heartbeat(details)
+
+
+def last_heartbeat_details() -> Any:
+    """The heartbeat details an earlier attempt of the running activity last sent, so
+    that long work can resume where it stopped (``None`` on the first attempt, or when
+    no earlier attempt heartbeated). Details reach the server with the lease renewals
+    (every third of the lease TTL) and before a failure is reported: the last ones an
+    attempt recorded before its worker died may not have."""
+    return current_context().last_heartbeat_details
 
 
 def is_cancelled() -> bool:

@@ -7,12 +7,15 @@ worker's thread pool) and returns what the worker must report: a
 error type (the exception's class name) and whether it is retryable (not a
 :class:`~wf.worker.activity.NonRetryableError`), or :class:`Abandoned` when
 the attempt was cancelled because its lease was lost (nothing is reported
-then: the lease is no longer the worker's to report on).
+then: the lease is no longer the worker's to report on). A failure carries
+its formatted stack trace, bounded (:func:`bounded_stack_trace`), so the
+server can keep it with the attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
+import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -21,7 +24,7 @@ from typing import Any, Final
 import msgspec
 
 from wf.errors import InvalidArgument
-from wf.wire.bounds import NAME_LENGTH_MAX, check_json_bytes
+from wf.wire.bounds import NAME_LENGTH_MAX, TEXT_LENGTH_MAX, check_json_bytes
 from wf.worker.activity import (
     ActivityCancelled,
     ActivityContext,
@@ -36,6 +39,8 @@ from wf.worker.activity import (
 
 ERROR_MESSAGE_MAX: Final = 4_000
 """Longest error message reported (longer ones are cut)."""
+STACK_TRACE_MAX: Final = TEXT_LENGTH_MAX
+"""Longest stack trace reported, in characters (longer ones lose their middle)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,8 @@ class Failed:
     error_type: str
     message: str
     retryable: bool
+    stack_trace: str = ""
+    """The formatted stack trace (bounded), or empty when there is none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,16 +74,40 @@ Ending = Succeeded | Failed | Abandoned
 _CONTROL: Final = dict.fromkeys([*range(0x20), 0x7F], "?")
 
 
+def bounded_stack_trace(text: str, length_max: int = STACK_TRACE_MAX) -> str:
+    """``text`` as the server accepts it: valid UTF-8 (lone surrogates escaped), no
+    NUL, and at most ``length_max`` characters, trimmed in the middle so that both the
+    outermost frames and the innermost frame with the exception survive."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\0")
+    if len(text) <= length_max:
+        return text
+    keep = max(0, length_max - 64)  # 64: room for the marker below
+    marker = f"\n... {len(text) - keep} characters trimmed ...\n"[:length_max]
+    # A trace lists the innermost frames and the exception's line last: the tail
+    # keeps two thirds, the outermost frames the rest.
+    head = keep // 3
+    return text[:head] + marker + text[len(text) - (keep - head) :]
+
+
+def _format_trace(exc: BaseException) -> str:
+    try:
+        return bounded_stack_trace("".join(traceback.format_exception(exc)))
+    except Exception:  # a hostile __str__ or __repr__: the failure is still reported
+        return ""
+
+
 def _failed(exc: BaseException) -> Failed:
     # The server refuses NUL in text and control characters in names (wf.wire.bounds);
     # an exception's own words must never make its failure unreportable.
-    message = str(exc).replace("\x00", "\\0")
+    message = str(exc).encode("utf-8", "backslashreplace").decode("utf-8")
+    message = message.replace("\x00", "\\0")
     if len(message) > ERROR_MESSAGE_MAX:
         message = message[: ERROR_MESSAGE_MAX - 3] + "..."
     return Failed(
         error_type=type(exc).__name__.translate(_CONTROL)[:NAME_LENGTH_MAX] or "Error",
         message=message,
         retryable=not isinstance(exc, NonRetryableError),
+        stack_trace=_format_trace(exc),
     )
 
 

@@ -14,9 +14,13 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import msgspec
+
+from wf.errors import InvalidArgument
 from wf.scheduler.outputs import LeaseGranted
-from wf.wire.scheduler_methods import FencedParams
-from wf.worker.activity import ActivityContext
+from wf.wire.bounds import DETAILS_BYTES_MAX, check_json_bytes
+from wf.wire.scheduler_methods import FencedParams, RenewParams
+from wf.worker.activity import ActivityContext, encode_result
 
 
 class LeaseStatus(enum.StrEnum):
@@ -48,6 +52,11 @@ class HeldLease:
     due_wake: asyncio.Event | None = None
     """Set while an early grant waits in its slot for ``not_before``; losing the
     lease sets it, so the wait ends at once."""
+    details_sent: int = 0
+    """``context.heartbeats`` when heartbeat details were last sent (coalescing: only
+    the latest details of those recorded since go with the next renewal)."""
+    details_refused: str | None = None
+    """Why the latest details could not be sent (not JSON, larger than 64 KiB)."""
 
     @property
     def token(self) -> int:
@@ -60,8 +69,31 @@ class HeldLease:
         return self.grant.lease.activity_id
 
     def fenced(self) -> FencedParams:
-        """The parameters of ``scheduler.leases.start`` and ``.renew``."""
+        """The parameters of ``scheduler.leases.start`` (and of a bare renewal)."""
         return FencedParams(activity_id=self.activity_id, token=self.token)
+
+    def unsent_details(self) -> bool:
+        """Whether the code heartbeated since details were last sent."""
+        return self.context.heartbeats != self.details_sent
+
+    def renewal(self) -> RenewParams:
+        """The parameters of ``scheduler.leases.renew``: with the latest heartbeat
+        details when the code heartbeated since the last renewal (coalesced: only the
+        latest go), encoded as JSON and bounded (64 KiB). Details that cannot be sent
+        are dropped and said in :attr:`details_refused` (the renewal still goes)."""
+        details: bytes | None = None
+        if self.unsent_details():
+            self.details_sent = self.context.heartbeats
+            try:
+                details = check_json_bytes(
+                    encode_result(self.context.details), "details", bytes_max=DETAILS_BYTES_MAX
+                )
+                self.details_refused = None
+            except InvalidArgument as exc:
+                self.details_refused = exc.message
+            except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
+                self.details_refused = f"details are not JSON-serializable: {exc}"
+        return RenewParams(activity_id=self.activity_id, token=self.token, details=details)
 
 
 @dataclass(slots=True)

@@ -63,13 +63,22 @@ Graceful :meth:`Worker.shutdown`: stop polling, drop unstarted leases, call
 ``scheduler.workers.shutdown`` (the server requeues the unstarted leases at
 once instead of letting them expire), keep heartbeating and renewing while
 executing activities finish and report, then stop. The worker never
-re-registers while draining: that would make it active again.
+re-registers while draining: that would make it active again. An operator's
+drain (``scheduler.workers.shutdown`` for this worker, e.g. the console's
+"drain") is honoured the same way: once a poll or heartbeat is refused with
+``worker_not_active`` and the status ``draining`` or ``gone``, the worker drains
+(without announcing it again) and :meth:`Worker.run` returns
+(:attr:`Worker.drained_by_server`). Only after a poll of this process was
+accepted, though: before that, such a refusal is about a predecessor under
+the same worker id, and the worker registers again as after any refusal.
 
 An *early grant* (``LeaseGranted.not_before``: the server queues a delayed
 activity ``early_grant_s`` before its instant) takes its execution slot at
 once and waits there for the instant on the worker's own timer, so delayed
 work starts on time without a dispatch hop after its instant; losing the
-lease (a revocation, a graceful shutdown) ends the wait.
+lease (a revocation, a graceful shutdown) ends the wait. One granted into an
+idle slot is committed as its start (``started``), so it begins at the
+instant without a start round trip, and a graceful shutdown lets it run.
 
 Time is the event loop's monotonic clock, except ``not_before``, which is
 scheduler time: the injected :class:`~wf.clock.Clock` (wall time anchored
@@ -115,13 +124,14 @@ from wf.errors import (
     WfError,
     WorkerNotActive,
 )
-from wf.scheduler.model import HeartbeatStats, WorkerInfo
+from wf.scheduler.model import HeartbeatStats, WorkerInfo, WorkerStatus
 from wf.scheduler.outputs import LeaseGranted, LeaseRevoked
 from wf.wire.methods import MethodSpec
 from wf.wire.scheduler_methods import (
     COMPLETE_ACTIVITY,
     FAIL_ACTIVITY,
     HEARTBEAT,
+    LEASE_DETAILS,
     POLL,
     REGISTER_WORKER,
     RENEW_LEASE,
@@ -134,6 +144,7 @@ from wf.wire.scheduler_methods import (
     PollResult,
     RegisterResult,
     RegisterWorkerParams,
+    RenewParams,
     WorkerIdParams,
 )
 from wf.wire.scheduler_methods import (
@@ -191,6 +202,14 @@ _LEASE_LOST: Final = (StaleLease, LeaseExpired, NotFound, Conflict)
 def default_worker_id() -> str:
     """``<hostname>-<pid>``: unique among the live processes of a fleet."""
     return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _drained(exc: WfError) -> bool:
+    """A refusal saying the server drained the worker (or it left after draining)."""
+    return isinstance(exc, WorkerNotActive) and exc.details.get("status") in (
+        WorkerStatus.DRAINING.value,
+        WorkerStatus.GONE.value,
+    )
 
 
 def _transport_error(exc: BaseException) -> bool:
@@ -283,7 +302,8 @@ class Worker:
         self.version = version
         self.start_report_delay_s = start_report_delay_s
         """See :data:`START_REPORT_DELAY_S`; ``None``: every start is reported and
-        acknowledged before the activity begins."""
+        acknowledged before the activity begins (no start on grant either: the exact
+        handshake, one round trip and commit more per activity)."""
         self.info = WorkerInfo(
             worker_id=self.worker_id,
             hostname=socket.gethostname(),
@@ -295,6 +315,7 @@ class Worker:
             activity_types=frozenset(self.activities),
             tenants=self.tenants,
             partitions=self.partitions,
+            declared={name: d.declared() for name, d in self.activities.items()} or None,
         )
         self.clock: Clock = clock or SystemClock()
         """Scheduler time, for early grants' ``not_before`` (see the module docstring)."""
@@ -313,6 +334,17 @@ class Worker:
         self._runners: set[asyncio.Task[None]] = set()
         self._draining = False
         self._running = False
+        self._stopped_unstarted = False
+        """:meth:`shutdown` came before :meth:`run`: there is nothing to run."""
+        self._polled = False
+        """A poll was accepted: the server had this process's registration active. A
+        refusal as draining or gone after that is an operator's drain (before it, it
+        is about a predecessor under the same worker id)."""
+        self._server_drain: asyncio.Task[None] | None = None
+        self.drained_by_server = False
+        """The server drained this worker (``scheduler.workers.shutdown`` by an
+        operator): it stopped polling, finished its work and left (see the module
+        docstring)."""
         self._fatal: BaseException | None = None
         self._last_completed: str | None = None
         self._client: RpcClient | None = None
@@ -372,6 +404,15 @@ class Worker:
         """Activity id -> status of every lease held now."""
         return {h.activity_id: h.status for h in self._held.values()}
 
+    def waiting_until(self) -> dict[str, float]:
+        """Activity id -> ``not_before`` of every early grant waiting in its slot for
+        its instant on :attr:`clock` (held, but its code has not begun)."""
+        return {
+            h.activity_id: h.grant.not_before
+            for h in self._held.values()
+            if h.due_wake is not None and h.grant.not_before is not None
+        }
+
     def context_of(self, activity_id: str) -> ActivityContext | None:
         """The context of a held lease's attempt (heartbeat details, cancellation)."""
         for h in self._held.values():
@@ -381,7 +422,10 @@ class Worker:
 
     async def run(self) -> None:
         """Work until :meth:`shutdown` finishes; raises a fatal error (e.g. refused
-        credentials) if one stops the worker."""
+        credentials) if one stops the worker. After a :meth:`shutdown` that came
+        first, returns at once (a host stopped right after starting it)."""
+        if self._stopped_unstarted:
+            return
         if self._running or self._closed.is_set():
             raise RuntimeError("a Worker runs once")
         self._running = True
@@ -421,6 +465,7 @@ class Worker:
         try:
             await self._finished.wait()
         finally:
+            await stop_task(self._server_drain)  # waits for _closed, or was cut short
             await stop_task(self._poll_task)
             for runner in list(self._runners):
                 await stop_task(runner)
@@ -431,9 +476,14 @@ class Worker:
                 self._executor.shutdown(wait=False, cancel_futures=True)
             self._closed.set()
             log.info(
-                "worker %s stopped",
+                "worker %s stopped%s",
                 self.worker_id,
-                extra={"action": "worker.stopped", "worker_id": self.worker_id},
+                " (drained by the server)" if self.drained_by_server else "",
+                extra={
+                    "action": "worker.stopped",
+                    "worker_id": self.worker_id,
+                    "drained_by_server": self.drained_by_server,
+                },
             )
         if self._fatal is not None:
             raise self._fatal
@@ -441,6 +491,7 @@ class Worker:
     async def shutdown(self) -> None:
         """Graceful shutdown (see the module docstring); returns once the worker stopped."""
         if not self._running:
+            self._stopped_unstarted = True  # run() then returns at once
             self._closed.set()
             return
         if self._draining or self._finished.is_set():
@@ -457,12 +508,25 @@ class Worker:
                 "unstarted": len(self._buffer),
             },
         )
+        # The server first: it grants nothing more and answers the open long poll at
+        # once. That answer may carry grants committed as their start (start on grant),
+        # which this worker must run: dropping one would leave it executing on the
+        # server with nobody running it (docs/architecture.md, "Start on grant").
+        if await self._announce_shutdown():
+            await self._finish_polling()
+        await self._drain()
+
+    async def _drain(self) -> None:
+        """The rest of a drain, the server told: return the unstarted leases, let the
+        executing ones finish (bounded by ``drain_timeout_s``), then stop."""
         await stop_task(self._poll_task)
-        while self._buffer:
-            self._lose(self._buffer[0], "returned")
-        for held in [h for h in self._held.values() if h.due_wake is not None]:
+        for held in [h for h in self._buffer if not h.grant.started]:
+            self._lose(held, "returned")
+        for held in [
+            h for h in self._held.values() if h.due_wake is not None and not h.grant.started
+        ]:
             self._lose(held, "returned")  # not started yet: the server requeues it
-        await self._announce_shutdown()
+        self._pump()  # started grants run while draining
         self._check_idle()
         try:
             async with asyncio.timeout(self.drain_timeout_s):
@@ -477,11 +541,19 @@ class Worker:
         self._finished.set()
         await self._closed.wait()
 
-    async def _announce_shutdown(self) -> None:
-        """``scheduler.workers.shutdown``, if the server can be reached in reasonable time."""
+    async def _finish_polling(self) -> None:
+        """Let a long poll already on the wire come back (bounded), so its grants are
+        accepted: after the answer the poll loop sees the drain and ends by itself."""
+        task = self._poll_task
+        if task is not None and self._poll_call is not None and not task.done():
+            await asyncio.wait({task}, timeout=HEARTBEAT_TIMEOUT_S)
+
+    async def _announce_shutdown(self) -> bool:
+        """``scheduler.workers.shutdown``, if the server can be reached in reasonable
+        time; returns whether it answered."""
         assert self._client is not None
         if self.counters.registrations == 0:
-            return
+            return False
         try:
             async with asyncio.timeout(HEARTBEAT_TIMEOUT_S):
                 answer = await self._client.call(
@@ -494,13 +566,14 @@ class Worker:
                 exc,
                 extra={"action": "worker.shutdown_unacknowledged", "worker_id": self.worker_id},
             )
-            return
+            return False
         log.info(
             "worker %s: server returned %s unstarted leases",
             self.worker_id,
             answer.get("returned") if isinstance(answer, dict) else answer,
             extra={"action": "worker.shutdown_acknowledged", "worker_id": self.worker_id},
         )
+        return True
 
     def _check_idle(self) -> None:
         if self._draining and not self._held:
@@ -534,6 +607,9 @@ class Worker:
     def _registration_lost(self, exc: WfError) -> None:
         if self._draining:
             return
+        if self._polled and _drained(exc):
+            self._drained_by_server(exc)
+            return
         log.warning(
             "worker %s: registration lost (%s); registering again",
             self.worker_id,
@@ -542,6 +618,31 @@ class Worker:
         )
         self.connected.clear()
         self._register_needed.set()
+
+    def _drained_by_server(self, exc: WfError) -> None:
+        """An operator drained this worker (``scheduler.workers.shutdown``): drain as
+        :meth:`shutdown` does, without announcing it again, and stop for good. Before,
+        it registered again at its next call, and the drain did not stick."""
+        self._draining = True
+        self.drained_by_server = True
+        log.info(
+            "worker %s drained by the server (%s): finishing %d activities, then stopping",
+            self.worker_id,
+            exc.details.get("status"),
+            self._executing,
+            extra={
+                "action": "worker.drained_by_server",
+                "worker_id": self.worker_id,
+                "executing": self._executing,
+                "unstarted": len(self._buffer),
+            },
+        )
+
+        async def drain() -> None:
+            await self._finish_polling()  # it may carry grants started on grant
+            await self._drain()
+
+        self._server_drain = asyncio.create_task(drain(), name="wf-worker-server-drain")
 
     async def _registrar(self) -> None:
         assert self._client is not None
@@ -704,8 +805,13 @@ class Worker:
                 await self._slot_freed.wait()
                 continue
             # Slots idle now stay idle until this answer arrives (only this loop fills
-            # the buffer), so grants for them may be started on grant.
-            start = max(0, min(want, self.max_concurrency - self._executing - len(self._buffer)))
+            # the buffer), so grants for them may be started on grant: the server then
+            # commits the grant as the start, and this worker must run what it gets.
+            start = (
+                0
+                if self.start_report_delay_s is None
+                else max(0, min(want, self.max_concurrency - self._executing - len(self._buffer)))
+            )
             call = asyncio.ensure_future(
                 self._client.call(
                     POLL.name,
@@ -750,6 +856,7 @@ class Worker:
                     return
                 continue
             self._contact()
+            self._polled = True
             result: PollResult = POLL.decode(raw)
             self._on_revoked(result.revoked)
             self._accept(result.leases, result.traceparents)
@@ -862,8 +969,9 @@ class Worker:
             try:
                 if grant.not_before is not None:
                     await self._until_due(held, grant.not_before)
-                    if self._draining and held.lost is None:
-                        # Due while draining: like any unstarted lease, it goes back.
+                    if self._draining and held.lost is None and not grant.started:
+                        # Due while draining: like any unstarted lease, it goes back
+                        # (a started one is executing on the server: it runs).
                         self._lose(held, "returned")
                 if held.lost is not None:
                     began = False
@@ -926,6 +1034,9 @@ class Worker:
     async def _execute(self, held: HeldLease) -> Ending:
         if held.lost is not None:
             return Abandoned(held.lost)
+        if held.grant.lease.attempt > 1:
+            # A later attempt: it may resume from what an earlier one heartbeated.
+            held.context.last_heartbeat_details = await self._previous_details(held)
 
         def keep(task: asyncio.Task[Any]) -> None:
             held.activity_task = task
@@ -938,7 +1049,56 @@ class Worker:
             keep,
         )
 
+    def _renewal(self, held: HeldLease) -> RenewParams:
+        """A renewal with the latest heartbeat details (see :meth:`HeldLease.renewal`);
+        details it cannot send are logged once per lease."""
+        refused = held.details_refused
+        params = held.renewal()
+        if held.details_refused is not None and held.details_refused != refused:
+            log.warning(
+                "activity %s: heartbeat details not sent: %s",
+                held.activity_id,
+                held.details_refused,
+                extra={
+                    "action": "lease.details_refused",
+                    "worker_id": self.worker_id,
+                    "activity_id": held.activity_id,
+                    "token": held.token,
+                    "reason": held.details_refused,
+                },
+            )
+        return params
+
+    async def _previous_details(self, held: HeldLease) -> Any:
+        """The details an earlier attempt last sent (``None`` if none did, or if they
+        cannot be read: the attempt then starts from the beginning)."""
+        outbox = self._outbox
+        assert outbox is not None
+        try:
+            raw = await outbox.call(LEASE_DETAILS.name, held.fenced())
+            data = LEASE_DETAILS.decode(raw)
+            return None if not data else msgspec.json.decode(data)
+        except (WfError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning(
+                "activity %s: the last heartbeat details could not be read: %s",
+                held.activity_id,
+                exc,
+                extra={
+                    "action": "lease.details_unread",
+                    "worker_id": self.worker_id,
+                    "activity_id": held.activity_id,
+                    "token": held.token,
+                },
+            )
+            return None
+
     async def _report(self, held: HeldLease, ending: Succeeded | Failed) -> None:
+        if isinstance(ending, Failed) and held.unsent_details():
+            # The next attempt resumes from the details: send the latest before the
+            # failure (best effort: a refusal is the failure report's to find out).
+            with contextlib.suppress(WfError):
+                assert self._outbox is not None
+                await self._outbox.call(RENEW_LEASE.name, self._renewal(held))
         unreported_start = not held.start_reported
         if unreported_start:
             self.counters.unreported_starts += 1
@@ -961,6 +1121,7 @@ class Worker:
                 message=ending.message,
                 retryable=ending.retryable,
                 unreported_start=unreported_start,
+                stack_trace=ending.stack_trace,
             )
         if not await self._fenced_call(held, method, params):
             return
@@ -971,7 +1132,7 @@ class Worker:
             self._last_completed = held.activity_id
         else:
             self.counters.failed += 1
-        if not log.isEnabledFor(logging.INFO):
+        if isinstance(ending, Succeeded) and not log.isEnabledFor(logging.INFO):
             return  # the line's fields are not even built
         extra = {
             "worker_id": self.worker_id,
@@ -987,13 +1148,17 @@ class Worker:
                 extra={"action": "lease.completed", **extra},
             )
         else:
-            log.info(
-                "activity %s failed: %s",
+            # A warning: an activity's own failure is what an operator looks for first.
+            # The trace stays with the attempt on the server (wf runs inspect --attempts).
+            log.warning(
+                "activity %s failed: %s: %s",
                 held.activity_id,
                 ending.error_type,
+                ending.message,
                 extra={
                     "action": "lease.failed",
                     "error_type": ending.error_type,
+                    "error_message": ending.message,
                     "retryable": ending.retryable,
                     **extra,
                 },
@@ -1088,7 +1253,7 @@ class Worker:
             if not due:
                 continue
             answers = await asyncio.gather(
-                *(outbox.call(RENEW_LEASE.name, h.fenced()) for h in due),
+                *(outbox.call(RENEW_LEASE.name, self._renewal(h)) for h in due),
                 return_exceptions=True,
             )
             for held, answer in zip(due, answers, strict=True):

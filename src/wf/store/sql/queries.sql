@@ -33,18 +33,21 @@ UPDATE activities SET
 WHERE activity_id = :activity_id;
 
 -- name: insert_transition
--- Append one Transition record (with a completion's result) to the audit history.
+-- Append one Transition record (with a completion's result or a failed attempt's
+-- stack trace) to the audit history.
 INSERT INTO transitions (
     activity_id, at, from_state, to_state, reason, attempt, failures, infra_requeues,
-    steals, token, worker_id, lease_expires_at, not_before, error, result
+    steals, token, worker_id, lease_expires_at, not_before, error, result, stack_trace
 ) VALUES (
     :activity_id, :at, :from_state, :to_state, :reason, :attempt, :failures, :infra_requeues,
-    :steals, :token, :worker_id, :lease_expires_at, :not_before, :error, :result
+    :steals, :token, :worker_id, :lease_expires_at, :not_before, :error, :result, :stack_trace
 );
 
 -- name: renew_lease
--- A lease's new expiry (LeaseRenewed); a stale token updates nothing.
-UPDATE activities SET lease_expires_at = :expires_at, updated_at = :at
+-- A lease's new expiry and any heartbeat details sent with it (LeaseRenewed); a
+-- stale token updates nothing.
+UPDATE activities SET lease_expires_at = :expires_at, updated_at = :at,
+    heartbeat_details = COALESCE(:details, heartbeat_details)
 WHERE activity_id = :activity_id AND token = :token;
 
 -- name: upsert_worker
@@ -88,16 +91,20 @@ LIMIT :limit;
 -- Every worker in registration order (a departed worker's updated_at is its departure).
 SELECT worker_id, seq, info, status, registered_at, updated_at FROM workers ORDER BY seq;
 
+-- name: select_heartbeat_details
+-- The latest heartbeat details any attempt of one activity sent (NULL: none).
+SELECT heartbeat_details FROM activities WHERE activity_id = :activity_id;
+
 -- name: select_history
 -- One activity's transitions, oldest first.
 SELECT activity_id, at, from_state, to_state, reason, attempt, failures, infra_requeues,
-       steals, token, worker_id, lease_expires_at, not_before, error, result
+       steals, token, worker_id, lease_expires_at, not_before, error, result, stack_trace
 FROM transitions WHERE activity_id = :activity_id ORDER BY id;
 
 -- name: select_history_page
 -- A page of one activity's transitions after a transition id, oldest first, with the id.
 SELECT activity_id, at, from_state, to_state, reason, attempt, failures, infra_requeues,
-       steals, token, worker_id, lease_expires_at, not_before, error, result, id
+       steals, token, worker_id, lease_expires_at, not_before, error, result, stack_trace, id
 FROM transitions WHERE activity_id = :activity_id AND id > :after
 ORDER BY id LIMIT :limit;
 
@@ -277,6 +284,21 @@ SELECT run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,
 FROM runs WHERE seq > :after_seq /* filters */
 ORDER BY seq LIMIT :limit;
 
+-- name: select_runs_newest
+-- A page of runs before a seq, newest first (the operator console's listing); filters
+-- as in select_runs.
+SELECT run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,
+       created_at, updated_at
+FROM runs WHERE seq < :before_seq /* filters */
+ORDER BY seq DESC LIMIT :limit;
+
+-- name: select_recent_run_statuses
+-- The status and creation instant of the newest runs (a bounded scan down the seq
+-- index; counts by status are made from it).
+SELECT status, created_at
+FROM runs WHERE seq > 0 /* filters */
+ORDER BY seq DESC LIMIT :limit;
+
 -- name: select_live_runs
 -- Runs whose status is live (RUN_LIVE_STATUSES; the list matches the runs_live index).
 SELECT run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,
@@ -338,3 +360,101 @@ ON CONFLICT (schedule_id, instant) DO NOTHING;
 SELECT schedule_id, instant, status, run_id, detail, recorded_at
 FROM occurrences WHERE schedule_id = :schedule_id AND instant > :after_instant
 ORDER BY instant LIMIT :limit;
+
+-- name: prune_candidate_runs
+-- Retention (wf.store.retention): finished runs last written before :cutoff, after a
+-- seq, oldest first; never the run of a schedule's latest occurrence. The status list
+-- is retention.RUN_FINAL_STATUSES.
+SELECT run_id, seq, deployment_id, tenant, status, schedule_id, body, revision,
+       created_at, updated_at
+FROM runs r
+WHERE r.seq > :after_seq
+  AND r.status IN ('completed', 'failed', 'exhausted', 'cancelled')
+  AND r.updated_at < :cutoff
+  AND NOT EXISTS (
+      SELECT 1 FROM occurrences o
+      WHERE o.run_id = r.run_id
+        AND o.instant = (SELECT MAX(m.instant) FROM occurrences m
+                         WHERE m.schedule_id = o.schedule_id))
+ORDER BY r.seq LIMIT :limit;
+
+-- name: prune_confirm_runs
+-- Retention: which of the named runs (filters) are still prunable, inside the deleting
+-- transaction (the same tests as prune_candidate_runs).
+SELECT run_id FROM runs r
+WHERE r.status IN ('completed', 'failed', 'exhausted', 'cancelled')
+  AND r.updated_at < :cutoff
+  AND NOT EXISTS (
+      SELECT 1 FROM occurrences o
+      WHERE o.run_id = r.run_id
+        AND o.instant = (SELECT MAX(m.instant) FROM occurrences m
+                         WHERE m.schedule_id = o.schedule_id)) /* filters */;
+
+-- name: prune_live_activities
+-- Retention: which of the named activities (filters) are not finished (their run is kept).
+SELECT activity_id FROM activities
+WHERE state NOT IN ('completed', 'failed', 'cancelled') /* filters */;
+
+-- name: prune_candidate_activities
+-- Retention: finished activities last changed before :cutoff, after a seq, oldest first.
+SELECT seq, activity_id FROM activities
+WHERE seq > :after_seq AND state IN ('completed', 'failed', 'cancelled')
+  AND updated_at < :cutoff
+ORDER BY seq LIMIT :limit;
+
+-- name: prune_confirm_activities
+-- Retention: which of the named activities (filters) are still finished before :cutoff.
+SELECT activity_id FROM activities
+WHERE state IN ('completed', 'failed', 'cancelled') AND updated_at < :cutoff /* filters */;
+
+-- name: prune_existing_runs
+-- Retention: which of the named runs (filters) exist.
+SELECT run_id FROM runs WHERE 1 = 1 /* filters */;
+
+-- name: prune_count_transitions
+-- Retention (dry run): the transitions of the named activities (filters).
+SELECT COUNT(*) FROM transitions WHERE 1 = 1 /* filters */;
+
+-- name: prune_delete_transitions
+-- Retention: the transitions of the named activities (filters).
+DELETE FROM transitions WHERE 1 = 1 /* filters */;
+
+-- name: prune_delete_activities
+-- Retention: the named activities (filters), finished ones only.
+DELETE FROM activities WHERE state IN ('completed', 'failed', 'cancelled') /* filters */;
+
+-- name: prune_delete_run_occurrences
+-- Retention: the occurrences that admitted the named runs (filters).
+DELETE FROM occurrences WHERE 1 = 1 /* filters */;
+
+-- name: prune_delete_runs
+-- Retention: the named runs (filters), confirmed prunable in the same transaction.
+DELETE FROM runs WHERE 1 = 1 /* filters */;
+
+-- name: prune_candidate_occurrences
+-- Retention: occurrences recorded before :cutoff after a (schedule, instant) key, in key
+-- order; never a schedule's latest one, nor one whose run is still stored.
+SELECT o.schedule_id, o.instant FROM occurrences o
+WHERE (o.schedule_id > :after_schedule
+       OR (o.schedule_id = :after_schedule AND o.instant > :after_instant))
+  AND o.recorded_at < :cutoff
+  AND o.instant < (SELECT MAX(m.instant) FROM occurrences m
+                   WHERE m.schedule_id = o.schedule_id)
+  AND (o.run_id IS NULL
+       OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = o.run_id))
+ORDER BY o.schedule_id, o.instant LIMIT :limit;
+
+-- name: prune_delete_occurrences
+-- Retention: one schedule's prunable occurrences between two instants (the tests of
+-- prune_candidate_occurrences, checked again in the deleting transaction).
+DELETE FROM occurrences
+WHERE schedule_id = :schedule_id AND instant >= :low AND instant <= :high
+  AND recorded_at < :cutoff
+  AND instant < (SELECT MAX(m.instant) FROM occurrences m
+                 WHERE m.schedule_id = :schedule_id)
+  AND (run_id IS NULL
+       OR NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = occurrences.run_id));
+
+-- name: prune_count_run_occurrences
+-- Retention (dry run): the occurrences that admitted the named runs (filters).
+SELECT COUNT(*) FROM occurrences WHERE 1 = 1 /* filters */;
