@@ -42,6 +42,12 @@ def greeting() -> flow.Outputs:
     return {"result": loud["text"]}
 
 
+@flow.workflow("needs_name")
+def needs_name() -> flow.Outputs:
+    name = flow.input("name", str)
+    return {"result": flow.call(upper, id="loud", text=name)["text"]}
+
+
 not_a_flow = 3
 """
 
@@ -173,6 +179,7 @@ def test_deploy_without_cron_leaves_no_schedule(server_url: str, tmp_path: Path)
         ("g2_deploy_flows:not_a_flow", [], "is a int, not a flow"),
         ("g2_deploy_broken:broken", [], "node 'double': activity 'upper' has no parameter"),
         ("g2_deploy_flows:greeting", ["--tz", "UTC"], "--tz needs --cron"),
+        ("g2_deploy_flows:needs_name", ["--cron", "0 9 * * *"], "give them with --input"),
         ("g2_deploy_flows:greeting", ["--cron", "@daily"], "invalid_cron_expression"),
         (
             "g2_deploy_flows:greeting",

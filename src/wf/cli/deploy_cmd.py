@@ -83,6 +83,8 @@ def _run(args: argparse.Namespace) -> int:
         args.trigger = _trigger(args.cron, args.tz) if args.cron is not None else None
         args.flow = load_flow(args.target)
         args.inputs = _inputs(args.input)
+        if args.trigger is not None:
+            _check_scheduled_inputs(args.flow, args.inputs)
     except UsageError as exc:
         return fail(str(exc), USAGE_EXIT, as_json=args.json)
     return handler(_deploy)(args)
@@ -154,6 +156,26 @@ def _trigger(cron: str, tz: str | None) -> dict[str, Any]:
         raise UsageError(f"--cron/--tz: {exc.code}: {exc.message}") from None
     assert isinstance(parsed, CronTrigger)
     return {"kind": "cron", "expression": parsed.expression, "timezone": parsed.timezone}
+
+
+def _check_scheduled_inputs(flow: Flow, inputs: dict[str, Any] | None) -> None:
+    """Refuse, before anything is written, a schedule whose runs could not start: a
+    scheduled run has only the deployment's inputs (``--input``) and the plan's
+    defaults, which the server checks against the input schema when the schedule is
+    created (after the artifact and deployment were saved)."""
+    from wf.runtime.plan import input_defaults_of
+    from wf.runtime.schema import instance_problems
+
+    schema = dict(flow.plan.input_schema)
+    if not schema:
+        return
+    given = {**input_defaults_of(schema), **(inputs or {})}
+    problems = instance_problems(schema, given)
+    if problems:
+        raise UsageError(
+            f"--cron: a scheduled run of {flow.artifact_id!r} would start with inputs "
+            f"{sorted(given)} and be refused ({'; '.join(problems)}): give them with --input"
+        )
 
 
 def _inputs(items: list[str]) -> dict[str, Any] | None:

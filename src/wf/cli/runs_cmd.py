@@ -23,6 +23,7 @@ cancelled or ran out of steps, and 4 when it waits for an answer or
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import time
 from datetime import UTC, datetime
@@ -71,7 +72,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.add_argument("--request-id", metavar="ID", help="makes a repeated start idempotent")
     sub.add_argument("--wait", action="store_true", help="follow the run until it stops")
     sub.add_argument(
-        "--timeout", type=float, metavar="S", help="with --wait: give up after S seconds"
+        "--timeout",
+        type=_seconds,
+        metavar="S",
+        help="with --wait: give up after S seconds",
     )
 
     sub = add("list", "list runs, newest first", _runs_list)
@@ -236,3 +240,15 @@ def _runs_table(page: dict[str, Any]) -> str:
     ]
     headers = ("RUN", "STATUS", "DEPLOYMENT", "TRIGGER", "CREATED", "FINISHED")
     return (table(headers, rows) if rows else "(no runs)") + more(page)
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds, 0 or more (0: look once); argparse reports a refusal as
+    a usage error, exit 2."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, 0 or more: {text}")
+    return value

@@ -44,6 +44,14 @@ deterministic id, so recovery matches each item with its own activity as it
 does a plain node's. When every item completed, the node completes with
 their results in item order; an item that fails for good fails the node and
 the run. The whole map node is one step.
+
+Size: a completion is accepted only while the run's running size
+(:attr:`~wf.runtime.runs.Run.size`, the stored body's bytes plus the results
+accepted since) plus the result stays within the bound the shell passes
+(:data:`~wf.runtime.runs.RUN_BYTES_MAX`); otherwise the result is dropped and
+the node (a map item's: the map node, naming the item) fails the run with
+``run_too_large`` (:func:`fail_too_large`). Checking costs an addition, not an
+encoding of the document.
 """
 
 from __future__ import annotations
@@ -67,6 +75,7 @@ from wf.runtime.plan import (
     resolve_operand,
 )
 from wf.runtime.runs import (
+    RUN_TOO_LARGE,
     Checkpoint,
     NodeRun,
     NodeStatus,
@@ -411,12 +420,30 @@ def stop(run: Run, status: RunStatus, error: RunError, now: float) -> Effects:
     return effects
 
 
-def activity_completed(run: Run, plan: Plan, node_id: str, output: Any, now: float) -> Effects:
+def activity_completed(
+    run: Run,
+    plan: Plan,
+    node_id: str,
+    output: Any,
+    now: float,
+    *,
+    output_bytes: int = 0,
+    bytes_max: int | None = None,
+) -> Effects:
     """A node's (or a map item's, ``node_id`` ``<node>.<i>``) activity completed with
-    ``output`` (ignored unless it was in flight)."""
+    ``output`` (ignored unless it was in flight), ``output_bytes`` long encoded. With
+    ``bytes_max``, a result that would take the run's running size past it fails the
+    run with ``run_too_large`` instead (see the module docstring)."""
     state = activity_state(run, node_id)
     if run.final or state is None or state.status is not NodeStatus.SUBMITTED:
         return Effects()
+    if bytes_max is not None and run.size + output_bytes > bytes_max:
+        message = (
+            f"its result ({output_bytes} bytes) would take the run's stored document to "
+            f"about {run.size + output_bytes} bytes, more than the {bytes_max} allowed"
+        )
+        return fail_too_large(run, node_id, message, now)
+    run.size += output_bytes
     state.status = NodeStatus.COMPLETED
     state.output = output
     state.finished_at = now
@@ -449,6 +476,21 @@ def activity_failed(run: Run, node_id: str, error: RunError, now: float) -> Effe
         parent.error = error
         parent.finished_at = now
     return stop(run, RunStatus.FAILED, error, now)
+
+
+def fail_too_large(run: Run, node_id: str | None, message: str, now: float) -> Effects:
+    """Stop the run as ``run_too_large`` (``node_id``: the node or map item whose result
+    did not fit, which fails too; ``None``: the document as a whole). The checkpoint it
+    takes lists no outputs: they are in the nodes already, and repeating them would
+    double the document that was too large."""
+    if node_id is not None:
+        error = RunError(code=RUN_TOO_LARGE, message=message, node=node_id)
+        effects = activity_failed(run, node_id, error, now)
+    else:
+        effects = stop(run, RunStatus.FAILED, RunError(code=RUN_TOO_LARGE, message=message), now)
+    if run.checkpoint is not None:
+        run.checkpoint = msgspec.structs.replace(run.checkpoint, completed={})
+    return effects
 
 
 def timer_fired(run: Run, plan: Plan, node_id: str, now: float) -> Effects:

@@ -35,6 +35,13 @@ closed with that diagnosis. A resume mark without its answer is settled (see
 withdrawn. A run whose record does not decode is reported in
 :attr:`RunEngine.diagnostics` and left alone (fail closed).
 
+Size (docs/workflows.md, "Limits"): every completion is checked against
+:attr:`RunEngine.run_bytes_max` on the run's running size (:mod:`wf.runtime.dag`),
+which each write sets to the bytes it stored, an encoding the write pays anyway. A
+write that would still exceed the bound is stored without the checkpoint's copy of
+the outputs, or else dropped: the run as stored is read back and fails closed with
+``run_too_large`` (:meth:`RunEngine._commit`), so the store never holds more.
+
 When the store fails under it (the node stopped writing, or a run write
 failed), the loop does not give up: the event it was applying may be lost,
 so it waits until the node accepts writes again (the node reloads by itself
@@ -66,6 +73,8 @@ from wf.runtime.artifacts import artifact_from_row
 from wf.runtime.plan import ActivityNode, MapNode, Plan
 from wf.runtime.runs import (
     FINAL_STATUSES,
+    RUN_BYTES_MAX,
+    RUN_TOO_LARGE,
     NodeStatus,
     ResumeMark,
     Run,
@@ -128,6 +137,9 @@ class RunEngine:
         """Runs left alone at recovery because their records are corrupt."""
         self.listeners: list[Callable[[Run], None]] = []
         """Called with a run after every stored change (schedules watch them)."""
+        self.run_bytes_max = RUN_BYTES_MAX
+        """Largest stored run document (see :data:`~wf.runtime.runs.RUN_BYTES_MAX`; tests
+        set a small one)."""
         self._live: dict[str, tuple[Run, Plan]] = {}
         self._plans: dict[tuple[str, int], Plan] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -285,6 +297,16 @@ class RunEngine:
                         awaiting=[n.id for n in waiting],
                     )
                 target = found[0]
+            # Refused before anything is stored: an answer the run cannot hold must
+            # not fail the run (the caller may send a smaller one).
+            answer_bytes = len(msgspec.json.encode(answer))
+            if run.size + answer_bytes > self.run_bytes_max:
+                raise InvalidArgument(
+                    f"the answer to {target.id!r} ({answer_bytes} bytes) would take run "
+                    f"{run_id!r} past its {self.run_bytes_max}-byte bound",
+                    field="answer",
+                    node=target.id,
+                )
             now = self.clock.now()
             mark = ResumeMark(
                 attempt=len(run.resumes) + 1, node=target.id, at=now, base_revision=run.revision
@@ -325,22 +347,69 @@ class RunEngine:
 
     # ------------------------------------------------------------ internals
 
-    async def _save(self, run: Run) -> None:
-        """Store ``run`` as its next revision."""
+    async def _save(self, run: Run, *, bounded: bool = False) -> None:
+        """Store ``run`` as its next revision; ``bounded``: :class:`_TooLarge` instead
+        when its document is larger than :attr:`run_bytes_max` (see :meth:`_commit`)."""
         run.revision += 1
         try:
-            await self.store.update_run(
-                run_row(run, seq=run_seq(run.run_id), updated_at=self.clock.now()),
-                expected_revision=run.revision - 1,
-            )
+            row = run_row(run, seq=run_seq(run.run_id), updated_at=self.clock.now())
+            if bounded and len(row.body) > self.run_bytes_max:
+                row = self._lighter(run, row)
+            await self.store.update_run(row, expected_revision=run.revision - 1)
+        except _TooLarge:
+            run.revision -= 1
+            raise
         except BaseException:
             run.revision -= 1
             self._live.pop(run.run_id, None)  # re-read from the store next time
             raise
+        run.size = len(row.body)
+
+    def _lighter(self, run: Run, row: RunRow) -> RunRow:
+        """``run``'s row within :attr:`run_bytes_max`: its checkpoint without the outputs
+        it repeats from the nodes, or :class:`_TooLarge` when even that does not fit.
+        Only a document already over the bound pays this second encoding."""
+        if run.checkpoint is not None and run.checkpoint.completed:
+            run.checkpoint = msgspec.structs.replace(run.checkpoint, completed={})
+            row = run_row(run, seq=run_seq(run.run_id), updated_at=self.clock.now())
+        # The write that fails a run as too large is stored whatever its size: it is
+        # the stored document (within the bound) with a few fields more.
+        too_large = run.error is not None and run.error.code == RUN_TOO_LARGE
+        if len(row.body) > self.run_bytes_max and not too_large:
+            raise _TooLarge(len(row.body))
+        return row
+
+    async def _shrink(self, run: Run, size: int) -> dag.Effects:
+        """A decision would store ``run`` larger than :attr:`run_bytes_max`: drop it, and
+        fail the run as stored closed (``run_too_large``). The caller's ``run`` becomes
+        that failed run, and the effects returned replace the dropped decision's."""
+        row = await self.store.get_run(run.run_id)
+        if row is None:
+            raise NotFound(f"run {run.run_id!r} does not exist", run_id=run.run_id)
+        stored = run_from_row(row)
+        message = (
+            f"the run's stored document would have been {size} bytes, more than the "
+            f"{self.run_bytes_max} allowed"
+        )
+        effects = dag.fail_too_large(stored, None, message, self.clock.now())
+        for name in Run.__struct_fields__:
+            setattr(run, name, getattr(stored, name))
+        log.warning(
+            "run %s failed closed: %s",
+            run.run_id,
+            message,
+            extra={"action": "run.too_large", "run_id": run.run_id},
+        )
+        return effects
 
     async def _commit(self, run: Run, plan: Plan, effects: dag.Effects) -> None:
-        """Store the run, then carry out ``effects`` (see the module docstring)."""
-        await self._save(run)
+        """Store the run, then carry out ``effects`` (see the module docstring); a run
+        that would outgrow :attr:`run_bytes_max` fails closed instead (:meth:`_shrink`)."""
+        try:
+            await self._save(run, bounded=True)
+        except _TooLarge as exc:
+            effects = await self._shrink(run, exc.size)
+            await self._save(run)
         if run.final:
             self._live.pop(run.run_id, None)
             # A final run never changes again (every mutation checks ``final`` after
@@ -560,7 +629,15 @@ class RunEngine:
                 if bad is not None:
                     effects = dag.activity_failed(run, node_id, bad, now)
                 else:
-                    effects = dag.activity_completed(run, plan, node_id, output, now)
+                    effects = dag.activity_completed(
+                        run,
+                        plan,
+                        node_id,
+                        output,
+                        now,
+                        output_bytes=len(event.result or b""),
+                        bytes_max=self.run_bytes_max,
+                    )
             elif event.kind == "failed":
                 assert event.error is not None
                 effects = dag.activity_failed(run, node_id, event.error, now)
@@ -779,7 +856,15 @@ class RunEngine:
             output, bad = _decode_result(last.result, node_id)
             if bad is not None:
                 return dag.activity_failed(run, node_id, bad, now)
-            return dag.activity_completed(run, plan, node_id, output, now)
+            return dag.activity_completed(
+                run,
+                plan,
+                node_id,
+                output,
+                now,
+                output_bytes=len(last.result or b""),
+                bytes_max=self.run_bytes_max,
+            )
         if last.to_state is ActivityState.FAILED:
             return dag.activity_failed(run, node_id, _stored_failure(last, node_id), now)
         error = RunError(
@@ -810,6 +895,14 @@ class RunEngine:
 
         with contextlib.suppress(NotFound, Conflict):
             await self.node.execute(make)
+
+
+class _TooLarge(Exception):
+    """A run's document would be larger than the engine's bound (``size`` bytes)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
 
 
 def _node(plan: Plan, key: str) -> ActivityNode | MapNode | None:

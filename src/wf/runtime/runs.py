@@ -40,6 +40,13 @@ if TYPE_CHECKING:
 
 RUN_FORMAT: Final = 1
 """Version of the stored run document."""
+RUN_BYTES_MAX: Final = 16 * 1024 * 1024
+"""Largest stored run document, in encoded bytes (16 MiB; docs/workflows.md, "Limits").
+Every transition rewrites the whole document and recovery reads every live one back,
+so one run's size must stay bounded: a run that would grow past it fails closed with
+``run_too_large`` (:mod:`wf.runtime.dag`, :class:`wf.runtime.engine.RunEngine`)."""
+RUN_TOO_LARGE: Final = "run_too_large"
+"""The :class:`RunError` code of a run stopped at :data:`RUN_BYTES_MAX`."""
 
 
 class RunStatus(enum.StrEnum):
@@ -95,8 +102,9 @@ class RunError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     code: str
     """Stable cause: ``activity_failed``, ``may_have_executed``, ``activity_cancelled``,
     ``deadline_exceeded``, ``max_steps_exhausted``, ``output_unresolvable``,
-    ``resume_ambiguous``, ``cancelled``, ``binding_failed`` or ``too_many_items`` (a map
-    node's list is longer than its ``max_items``)."""
+    ``resume_ambiguous``, ``cancelled``, ``binding_failed``, ``too_many_items`` (a map
+    node's list is longer than its ``max_items``) or ``run_too_large`` (a result would
+    take the stored run past :data:`RUN_BYTES_MAX`)."""
     message: str
     """A sentence for people."""
     node: str | None = None
@@ -232,6 +240,10 @@ class Run(msgspec.Struct, kw_only=True, omit_defaults=True):
     same request id with another request is refused (``already_exists``)."""
     revision: int = 0
     """The store revision this document was read at (not part of the body)."""
+    size: int = 0
+    """Running size: the encoded bytes of the body as last read or stored, plus the
+    results accepted since (not part of the body); what :data:`RUN_BYTES_MAX` is
+    checked against without encoding the document again."""
 
     @property
     def final(self) -> bool:
@@ -248,7 +260,7 @@ def run_row(run: Run, *, seq: int, updated_at: float) -> RunRow:
     # Imported here: the DAG engine uses this module, and must not load the store.
     from wf.store.protocol import RunRow
 
-    body = _encoder.encode(msgspec.structs.replace(run, revision=0))
+    body = _encoder.encode(msgspec.structs.replace(run, revision=0, size=0))
     return RunRow(
         run_id=run.run_id,
         seq=seq,
@@ -287,6 +299,7 @@ def run_from_row(row: RunRow) -> Run:
             key=row.run_id,
         )
     run.revision = row.revision
+    run.size = len(row.body)
     return run
 
 
