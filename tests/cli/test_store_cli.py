@@ -588,3 +588,18 @@ def test_a_spec_holding_text_that_is_not_utf8_fails_closed(
 
     # The server starts; the activity is left out and reported.
     assert "a2" in asyncio.run(start())
+
+
+def test_the_servers_postgres_schema_spelling_names_the_same_schema(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dsn = postgres_dsn()
+    schema = new_schema_name()
+    try:
+        assert main(["store", "migrate", "--postgres", dsn, "--postgres-schema", schema]) == 0
+        capsys.readouterr()
+        # The store made under --postgres-schema is the one --schema checks.
+        assert main(["store", "check", "--postgres", dsn, "--schema", schema, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == []  # no diagnostics
+    finally:
+        drop_schema(dsn, schema)

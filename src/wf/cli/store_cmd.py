@@ -111,7 +111,14 @@ def _store_arguments(parser: argparse.ArgumentParser) -> None:
     """The store's address (:func:`_store` reads it) and ``--json``."""
     parser.add_argument("--store-root", help="embedded store folder (SQLite)")
     parser.add_argument("--postgres", metavar="DSN", help="PostgreSQL DSN instead of SQLite")
-    parser.add_argument("--schema", default="wf", help="PostgreSQL schema (default: wf)")
+    # --postgres-schema is the server's spelling: the same words work in both places.
+    parser.add_argument(
+        "--schema",
+        "--postgres-schema",
+        dest="schema",
+        default="wf",
+        help="PostgreSQL schema (default: wf)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
