@@ -37,6 +37,14 @@ pays for them.
 - ``cutoff``: its proxy black-holes; after the takeover it resets and passes
   again, and the node must come back as a standby.
 
+Each fault finds the cluster healthy: after a trial the benchmark waits until
+every standby reports a warm copy again (``rewarm_wait_p50_s`` and
+``rewarm_wait_max_s`` say how long that took; at 10^6 live activities a
+restarted node needs several seconds to load its first copy). With
+``--no-rewarm`` the next fault comes as soon as the faulted node is back as a
+standby, so it may meet a cluster whose only other standby is still cold: a
+second fault on a degraded cluster, which pays a full load.
+
 A one-shot schedule is created a second before each fault, so every fault
 has an instant near it. ``takeover_s`` is the fault to the first ``/readyz``
 200 of another node (polled every 10 ms); ``worker_resume_s`` is the fault to
@@ -111,6 +119,8 @@ FREEZE_S: Final = 10.0
 TAKEOVER_BOUND_S: Final = 30.0
 """A trial without a takeover within this long counts as failed (``takeover_s`` None)."""
 RESUME_BOUND_S: Final = 30.0
+REWARM_BOUND_S: Final = 300.0
+"""Longest wait for every standby to hold a warm copy again between two trials."""
 SUBMIT_BATCH: Final = 1_000
 AB_BATCH: Final = 500
 DISPATCH_GAP_S: Final = 0.02
@@ -225,6 +235,7 @@ class Trials:
             f: {"takeover_s": [], "worker_resume_s": []} for f in FAULTS
         }
         self.failed_trials: dict[str, int] = Counter()
+        self.rewarm_s: list[float] = []
         self.schedules: list[str] = []
         self.deployment_id = ""
 
@@ -315,6 +326,24 @@ class Trials:
             )
         else:
             self.cluster.wait_settled(timeout_s=TAKEOVER_BOUND_S)
+        if self.args.rewarm:
+            # The next fault finds the cluster healthy: every standby holds a warm copy
+            # (as `wf cluster status` shows it). A fault before a restarted node has
+            # rebuilt its copy is a second fault on a degraded cluster (--no-rewarm).
+            began = time.monotonic()
+            wait_until(self._standbys_warm, "every standby warm", REWARM_BOUND_S)
+            self.rewarm_s.append(time.monotonic() - began)
+
+    def _standbys_warm(self) -> bool:
+        """Whether both standbys reported a warm copy within the last report interval."""
+        with self.cluster.connect() as conn:
+            rows = conn.execute(
+                sql.SQL(
+                    "SELECT count(*) FROM {s}.cluster_nodes WHERE role = 'standby' "
+                    "AND applied_seq > 0 AND seen_at > now() - interval '2 seconds'"
+                ).format(s=sql.Identifier(self.schema))
+            ).fetchone()
+        return rows is not None and int(rows[0]) >= len(self.cluster.nodes) - 1
 
     def verdict(self, load: Load) -> dict[str, Any]:
         report = load.stop()
@@ -401,6 +430,8 @@ def run_trials(args: argparse.Namespace, live: int) -> dict[str, Any]:
                 "trials": len(takeovers),
                 "failed_trials": trials.failed_trials[fault],
             }
+        result["rewarm_wait_p50_s"] = percentile(trials.rewarm_s, 0.50)
+        result["rewarm_wait_max_s"] = max(trials.rewarm_s, default=None)
         result.update(trials.verdict(load))
         return result
     finally:
@@ -535,6 +566,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--ab-repetitions", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the nodes' logs")
     parser.add_argument(
+        "--no-rewarm",
+        dest="rewarm",
+        action="store_false",
+        help="inject the next fault as soon as the faulted node is back as a standby, "
+        "without waiting until every standby holds a warm copy again",
+    )
+    parser.add_argument(
         "--log-level", default="warning", help="the nodes' log level (default warning)"
     )
     parser.add_argument(
@@ -571,6 +609,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "freeze_s": FREEZE_S,
         "standby_nice": args.standby_nice,
+        "rewarm": args.rewarm,
         "targets": TARGETS,
         "live": {},
     }

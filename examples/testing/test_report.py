@@ -12,6 +12,7 @@ import report_activities
 from report_activities import RELAY, archive
 from report_plan import DAILY_AT_SEVEN, REPORT_PLAN
 
+from wf.client import OccurrenceView, RunView
 from wf.testing import ActivityEnvironment, WorkflowEnvironment
 from wf.worker import ActivityCancelled
 
@@ -30,20 +31,20 @@ def a_fresh_relay() -> None:
 def test_a_run_fans_out_gathers_and_retries_a_busy_relay_a_minute_later() -> None:
     RELAY.failures = 1
 
-    async def body(env: WorkflowEnvironment) -> dict[str, Any]:
+    async def body(env: WorkflowEnvironment) -> RunView:
         deployment = await env.deploy(REPORT_PLAN, name="sales_report")
         return await env.run(deployment)  # skips the minute of backoff
 
     run = WorkflowEnvironment.run_sync(body, report_activities, start_time=MONDAY)
 
-    assert run["status"] == "completed"
-    assert run["output"] == {"total": 550}
+    assert run.status == "completed"
+    assert run.output == {"total": 550}
     assert RELAY.sent == ["north 200, south 200, west 150"]
-    assert run["finished_at"] == MONDAY.timestamp() + 60  # the retry's instant, exactly
+    assert run.finished_at == MONDAY.timestamp() + 60  # the retry's instant, exactly
 
 
 def test_a_week_of_daily_reports_takes_seconds() -> None:
-    async def body(env: WorkflowEnvironment) -> list[dict[str, Any]]:
+    async def body(env: WorkflowEnvironment) -> list[OccurrenceView]:
         deployment = await env.deploy(REPORT_PLAN, name="sales_report")
         await env.api.schedules.create_schedule(
             schedule_id="daily_report", deployment_id=deployment, trigger=DAILY_AT_SEVEN
@@ -53,9 +54,9 @@ def test_a_week_of_daily_reports_takes_seconds() -> None:
 
     occurrences = WorkflowEnvironment.run_sync(body, report_activities, start_time=MONDAY)
 
-    assert [o["status"] for o in occurrences] == ["completed"] * 7
+    assert [o.status for o in occurrences] == ["completed"] * 7
     # 07:00 in Paris is 06:00 UTC in March.
-    assert occurrences[0]["instant_s"] == (MONDAY + timedelta(hours=6)).timestamp()
+    assert occurrences[0].instant_s == (MONDAY + timedelta(hours=6)).timestamp()
     assert len(RELAY.sent) == 7
 
 

@@ -430,6 +430,45 @@ class SchedulerNode:
             finally:
                 self._untold -= 1
         self._notify(outcome)
+        self._wake_if_sooner(now)
+        return outcome
+
+    async def execute_then(
+        self, make: Callable[[float], cmd.Command], then: Callable[[float], cmd.Command]
+    ) -> tuple[Outcome, Outcome | WfError]:
+        """Run two commands for the same instant back to back and commit both in ONE
+        append (so one commit); durable before it returns.
+
+        ``make`` is :meth:`execute`'s: its typed refusal is raised and nothing changed.
+        ``then`` runs only if ``make`` was accepted, right after it with nothing in
+        between; its typed refusal is returned in place of its outcome (it changed
+        nothing, and ``make``'s change is committed all the same). Listeners hear of
+        the two outcomes in order. A report that carries the worker's next poll uses it
+        (``scheduler.leases.complete`` with ``poll``).
+        """
+        if self._broken is not None:
+            raise self._refusal()
+        now = self.clock.now()
+        first = self.core.handle(make(now))
+        second: Outcome | WfError
+        try:
+            second = self.core.handle(then(now))
+        except WfError as exc:
+            second = exc
+        told = (first,) if isinstance(second, WfError) else (first, second)
+        records = [r for o in told for r in o.records]
+        if records:
+            self._untold += 1
+            try:
+                await self._commit(Outcome(decisions=[], records=records), told)
+            finally:
+                self._untold -= 1
+        for outcome in told:
+            self._notify(outcome)
+        self._wake_if_sooner(now)
+        return first, second
+
+    def _wake_if_sooner(self, now: float) -> None:
         asleep_until = self._asleep_until
         if asleep_until is not None:
             # Wake the tick loop only if this command brought its next tick forward:
@@ -437,16 +476,16 @@ class SchedulerNode:
             wake = self.core.next_wake_at(now)
             if wake is not None and wake < asleep_until:
                 self._wake.set()
-        return outcome
 
-    async def _commit(self, outcome: Outcome) -> None:
+    async def _commit(self, outcome: Outcome, told: tuple[Outcome, ...] | None = None) -> None:
         """Append ``outcome``'s records and await the commit.
 
         The append runs as a task of its own: a caller cancelled mid-commit (a
         client that went away) must neither cancel an append that may already be
         committing nor leave the node unsure whether the store kept up with the
         core. The commit goes on; its failure still stops the node, and its
-        success still reaches the listeners.
+        success still reaches the listeners. ``told``: the outcomes the listeners hear
+        of (default: ``outcome``), when ``outcome`` only carries their records.
         """
         commit = asyncio.ensure_future(self.store.append(outcome.records))
         # The first callback of the commit: it runs before anyone awaiting the commit
@@ -458,7 +497,8 @@ class SchedulerNode:
         except asyncio.CancelledError:
             if not commit.done():
                 self._untold += 1
-                commit.add_done_callback(lambda c: self._tell_late(c, outcome))
+                late = (outcome,) if told is None else told
+                commit.add_done_callback(lambda c: self._tell_late(c, late))
             raise
         except WfError:
             raise
@@ -489,11 +529,12 @@ class SchedulerNode:
         if self._broken is not None:
             raise self._refusal()
 
-    def _tell_late(self, commit: asyncio.Future[None], outcome: Outcome) -> None:
+    def _tell_late(self, commit: asyncio.Future[None], told: tuple[Outcome, ...]) -> None:
         """A cancelled caller's commit ended: tell the listeners if it held."""
         self._untold -= 1
         if not commit.cancelled() and commit.exception() is None:
-            self._notify(outcome)
+            for outcome in told:
+                self._notify(outcome)
 
     def quiescent(self) -> bool:
         """Whether every command handled so far is committed and its listeners told.

@@ -173,7 +173,7 @@ def test_schedule_lifecycle(wf: Wf) -> None:
     view = created.json()
     assert (view["schedule_id"], view["revision"], view["trigger"]) == ("b", 1, CRON)
     with wf.app() as app:
-        expected = jsonable(app.get_schedule("nightly"))
+        expected = jsonable(app.get_schedule("nightly").to_builtins())
     assert wf("schedules", "get", "nightly", "--json").json() == expected
     assert isinstance(expected["created_at"], str)
     assert expected["pending"] is None
@@ -323,7 +323,9 @@ def test_occurrences_and_runs_of_an_admitted_run(wf: Wf) -> None:
             "DETAIL": "-",
         }
     ]
-    assert wf("schedules", "occurrences", "once", "--json").json() == jsonable(expected)
+    assert wf("schedules", "occurrences", "once", "--json").json() == jsonable(
+        expected.to_builtins()
+    )
 
     names, rows = _columns(wf.ok("runs", "list", "--schedule", "once"))
     assert names == ["RUN", "STATUS", "DEPLOYMENT", "TRIGGER", "CREATED", "FINISHED"]
@@ -377,7 +379,7 @@ def test_occurrences_and_runs_of_an_admitted_run(wf: Wf) -> None:
     assert names == ["NODE", "KIND", "STATUS", "STARTED", "FINISHED", "ATTEMPTS", "ERROR"]
     assert [(r["NODE"], r["KIND"], r["FINISHED"]) for r in rows] == [("ask", "interrupt", "-")]
     with wf.app() as app:
-        expected = jsonable(app.inspect_run("run-000001"))
+        expected = jsonable(app.inspect_run("run-000001").to_builtins())
     assert wf("runs", "inspect", "run-000001", "--json").json() == expected
     wf.refused("not_found", "runs", "inspect", "run-999999")
 

@@ -704,7 +704,7 @@ async def _exercise_schedules(app: App, server: WfServer) -> None:
     # occurrences: no history yet; then three recorded rows (as the admission
     # service records missed starts) paged alike over the wire and in process.
     empty = await app.list_schedule_occurrences("nightly-wire")
-    assert empty == {"occurrences": [], "next_cursor": None}
+    assert empty.to_builtins() == {"occurrences": [], "next_cursor": None}
     current = await api.load("nightly-wire", C)
     base = current.created_at - 3 * 3600
     history = [

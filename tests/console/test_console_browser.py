@@ -207,6 +207,28 @@ def test_run_view_draws_the_dag_by_state_with_attempts_errors_and_io(
             if isinstance(value, str) and key not in ("leased_at", "started_at", "finished_at"):
                 assert value.strip().splitlines()[0] in cell.inner_text()
     expect(page.get_by_test_id("run-error")).to_contain_text("kaboom")
+    # The stack trace is shown once, on the attempt that reported it; the node's error
+    # and the run's point there instead of repeating it.
+    (traced,) = [a for a in entry["attempts"] if a.get("stack_trace")][-1:]
+    # A frame line: only a stack trace holds one (the message is repeated elsewhere).
+    trace_line = next(
+        line.strip()
+        for line in traced["stack_trace"].splitlines()
+        if line.strip().startswith("File ") and line.rstrip().endswith(", in boom")
+    )
+    assert trace_line in section.locator(".attempt").last.inner_text()
+    assert page.locator("main").inner_text().count(trace_line) == 1
+    links = page.get_by_test_id("stack-trace-link")
+    expect(links).to_have_count(2)  # the run's error and the node's
+    for i in range(2):
+        link = links.nth(i)
+        assert link.get_attribute("data-node") == "explode"
+        assert link.get_attribute("data-attempt") == str(traced["attempt"])
+        expect(link).to_contain_text(f"attempt #{traced['attempt']}")
+    node_error = section.locator("[data-field='error']").first
+    expect(node_error.get_by_test_id("stack-trace-link")).to_have_count(1)
+    links.first.click()
+    expect(section.locator(f".attempt[data-attempt='{traced['attempt']}']")).to_be_in_viewport()
     screenshot(page, "run-failed")
 
     # An interrupted run shows what it waits for; hostile inputs show as text.

@@ -16,7 +16,7 @@ from _console import World, get
 
 from wf.server.app import WfServer
 from wf.server.config import ServerConfig, ServerSection, StoreConfig, UiConfig
-from wf.server.console import CONTENT_SECURITY_POLICY, STATIC_ROOT
+from wf.server.console import CONTENT_SECURITY_POLICY, SECURITY_HEADERS, STATIC_ROOT
 from wf.server.main import apply_flags, build_parser, sample_hint
 from wf.server.sample import SampleReport
 
@@ -102,3 +102,51 @@ def test_the_main_jobs_note_names_the_console_unless_it_is_off() -> None:
 def test_the_console_files_ship_inside_the_package(name: str) -> None:
     assert (STATIC_ROOT / name).is_file()
     assert STATIC_ROOT.parts[-3:] == ("wf", "console", "static")
+
+
+def test_every_answer_on_a_console_path_carries_the_security_headers(tmp_path: Path) -> None:
+    """Not only the files: the redirects, a 304, a 404 of a missing file, the 405 the
+    router answers to another method, and a HEAD, all carry the same headers."""
+
+    async def main() -> None:
+        section = ServerSection(port=0, store=StoreConfig(root=str(tmp_path / "store")))
+        server = WfServer(ServerConfig(server=section))
+        await server.start()
+        base = f"http://127.0.0.1:{server.port}"
+        seen: dict[tuple[str, str], int] = {}
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.get(f"{base}/ui/index.html") as response:
+                    etag = response.headers["ETag"]
+                for method, path, extra in (
+                    ("GET", "/", {}),
+                    ("GET", "/ui", {}),
+                    ("GET", "/ui/", {}),
+                    ("GET", "/ui/index.html", {"If-None-Match": etag}),
+                    ("GET", "/ui/js/nothing-here.js", {}),
+                    ("GET", "/ui/no/such/folder/", {}),
+                    ("HEAD", "/ui/app.css", {}),
+                    ("POST", "/ui/", {}),
+                    ("DELETE", "/ui", {}),
+                ):
+                    async with session.request(
+                        method, f"{base}{path}", headers=extra, allow_redirects=False
+                    ) as response:
+                        seen[(method, path)] = response.status
+                        for name, value in SECURITY_HEADERS.items():
+                            assert response.headers.get(name) == value, (method, path, name)
+        finally:
+            await server.stop()
+        assert seen == {
+            ("GET", "/"): 302,
+            ("GET", "/ui"): 302,
+            ("GET", "/ui/"): 200,
+            ("GET", "/ui/index.html"): 304,
+            ("GET", "/ui/js/nothing-here.js"): 404,
+            ("GET", "/ui/no/such/folder/"): 404,
+            ("HEAD", "/ui/app.css"): 200,
+            ("POST", "/ui/"): 405,
+            ("DELETE", "/ui"): 405,
+        }
+
+    asyncio.run(main())

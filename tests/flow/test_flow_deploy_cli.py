@@ -23,8 +23,10 @@ from typing import Any
 import pytest
 
 from e2e._servers import rpc_server
+from wf.cli import deploy_cmd
 from wf.cli.main import main
 from wf.client.app import App
+from wf.errors import NotFound
 
 BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 30.0
@@ -186,6 +188,11 @@ def test_deploy_without_cron_leaves_no_schedule(server_url: str, tmp_path: Path)
             ["--cron", "0 9 * * *", "--tz", "Mars/Base"],
             "invalid_timezone",
         ),
+        (
+            "g2_deploy_flows:greeting",
+            ["--cron", "0 9 * * *", "--schedule-id", "Not An Id"],
+            "--schedule-id: invalid_argument",
+        ),
     ],
 )
 def test_flows_that_cannot_be_used_exit_2_before_any_server_call(
@@ -230,10 +237,107 @@ def test_a_deleted_schedule_id_is_not_reused(server_url: str, tmp_path: Path) ->
     assert first["schedule"]["action"] == "created"
     with App.sync(server_url) as app:
         app.delete_schedule("greeting.late")
+    # The flow edited meanwhile: the refusal comes before its new version is written.
+    _write_flows(tmp_path, "later {name}")
     done = _wf_deploy(tmp_path, server_url, "--name", "late", *cron)
     assert done.returncode == 2, done.stderr
     assert "was deleted and schedule ids are never reused" in done.stderr
+    with App.sync(server_url) as app:
+        version = first["artifact"]["version"]
+        assert app.get_deployment("greeting.late").artifact_version == version
+        listed = app.run(lambda a: a.list_artifacts("greeting", limit=100))
+        assert max(a.version for a in listed.artifacts) == version
+    _write_flows(tmp_path, "late {name}")
     again = _deploy(tmp_path, server_url, "--name", "late", *cron, "--schedule-id", "late-2")
     assert again["schedule"]["schedule_id"] == "late-2"
     assert again["schedule"]["action"] == "created"
     assert again["deployment"]["action"] == "unchanged"
+
+
+def test_a_server_without_schedules_refuses_before_anything_is_written(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    root = tmp_path_factory.mktemp("deploy-no-schedules")
+    _write_flows(tmp_path, "unscheduled {name}")
+    with rpc_server(root, "--workers", "0", "--no-ui", start_timeout_s=START_TIMEOUT_S) as url:
+        done = _wf_deploy(tmp_path, url, "--name", "prod", "--cron", "0 9 * * *")
+        assert done.returncode == 1, done.stderr
+        assert "schedules are not enabled" in done.stderr
+        with App.sync(url) as app:
+            assert app.run(lambda a: a.list_artifacts("greeting", limit=10)).artifacts == []
+            with pytest.raises(NotFound):
+                app.get_deployment("greeting.prod")
+        # Without --cron the same server takes it.
+        assert _deploy(tmp_path, url, "--name", "prod")["deployment"]["action"] == "created"
+
+
+def test_a_schedule_refused_after_the_writes_says_what_was_written_and_a_rerun_converges(
+    server_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A schedule of another tenant takes the id between the deployment and the
+    schedule step (a race no read beforehand can see): the server refuses the
+    schedule, and the error says what was written and what was not."""
+    _write_flows(tmp_path, "race {name}")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "g2_deploy_flows", raising=False)
+    real = deploy_cmd._save_deployment
+
+    def racing(app: Any, flow: Any, version: int, args: Any) -> dict[str, Any]:
+        saved = real(app, flow, version, args)
+        rival = {"artifact_id": "greeting", "artifact_version": version, "name": "rival"}
+        app.run(lambda a: a.save_deployment({**rival, "tenant": "t2"}, expected_revision=0))
+        app.create_schedule(
+            "greeting.race", "greeting.rival", {"kind": "cron", "expression": "0 1 * * *"}
+        )
+        return saved
+
+    def deploy(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(
+            [
+                "deploy",
+                "g2_deploy_flows:greeting",
+                "--name",
+                "race",
+                "--cron",
+                "0 2 * * *",
+                *argv,
+                "--server",
+                server_url,
+            ]
+        )
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    monkeypatch.setattr(deploy_cmd, "_save_deployment", racing)
+    code, out, err = deploy()
+    monkeypatch.setattr(deploy_cmd, "_save_deployment", real)
+    assert code == 1, err
+    assert out == ""
+    assert err.startswith("wf: error: invalid_argument: deployment 'greeting.race' belongs to")
+    assert "-- stored: artifact greeting v" in err
+    assert "; deployment greeting.race (created, revision 1); NOT written: the schedule." in err
+    with App.sync(server_url) as app:
+        assert app.get_deployment("greeting.race").revision == 1
+        assert app.get_schedule("greeting.race")["deployment_id"] == "greeting.rival"
+
+    # Rerun as it was: the read beforehand now sees the rival and writes nothing.
+    code, _, err = deploy()
+    assert code == 2, err
+    assert "belongs to tenant 't2'" in err
+    # Fixed (another id): converges, reusing what the first run wrote.
+    code, out, err = deploy("--schedule-id", "race-2", "--json")
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["artifact"]["action"] == "unchanged"
+    assert answer["deployment"] == {
+        "deployment_id": "greeting.race",
+        "artifact_version": answer["artifact"]["version"],
+        "revision": 1,
+        "action": "unchanged",
+    }
+    assert answer["schedule"]["action"] == "created"

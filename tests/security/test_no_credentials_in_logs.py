@@ -111,7 +111,7 @@ def test_no_line_a_server_process_logs_holds_the_token(tmp_path: Path, log_forma
         stdout = proc.stdout.read()
     log = log_path.read_text()
     # The battery was heard: refusals, timeouts and access lines were all logged.
-    for action in ("http.bad_request", "http.header_timeout", "aiohttp.access"):
+    for action in ("http.bad_request", "http.header_timeout", "http.access"):
         assert action in log, f"no {action} line: the search would prove nothing"
     assert_no_token(log, "the server's standard error")
     assert_no_token(stdout, "the server's standard output")
@@ -130,9 +130,8 @@ def test_no_record_captured_in_process_holds_the_token(
             assert server.port is not None
             await asyncio.wait_for(send_battery(server.port), 60.0)
 
-    # Every logger at debug, aiohttp's access log too (an earlier test may have set it to
-    # warning, as configure_logging does below debug).
-    caplog.set_level(logging.DEBUG, logger="aiohttp.access")
+    # Every logger at debug, the access log too.
+    caplog.set_level(logging.DEBUG, logger="wf.http.access")
     with caplog.at_level(logging.DEBUG):
         asyncio.run(scenario())
         try:
@@ -140,7 +139,7 @@ def test_no_record_captured_in_process_holds_the_token(
         except ValueError:
             logging.getLogger("aiohttp.server").exception("Error handling request from 127.0.0.1")
     names = {record.name for record in caplog.records}
-    assert {"wf.http", "aiohttp.access", "aiohttp.server"} <= names, names
+    assert {"wf.http", "wf.http.access", "aiohttp.server"} <= names, names
     scrubbed = caplog.records[-1].exc_text
     assert scrubbed is not None
     assert REDACTED in scrubbed

@@ -280,5 +280,11 @@ def test_results_and_errors_describe_the_wire(
             _validator(document, schema).validate(answer)
 
     asyncio.run(main())
+    start = _method(document, "scheduler.leases.start")["result"]["schema"]
+    assert start == {"type": "object", "properties": {"ok": {"const": True}}, "required": ["ok"]}
+    # A report answers {"ok": true}, and with a poll the leases it took (ReportResult).
     complete = _method(document, "scheduler.leases.complete")["result"]["schema"]
-    assert complete == {"type": "object", "properties": {"ok": {"const": True}}, "required": ["ok"]}
+    assert complete == {"$ref": "#/components/schemas/ReportResult"}
+    report = document["components"]["schemas"]["ReportResult"]
+    assert report["required"] == ["ok"]
+    assert {"ok", "leases", "revoked"} <= set(report["properties"])

@@ -28,6 +28,7 @@ from wf.server.rpc import ANONYMOUS_ADMIN
 from wf.server.scheduler_api import SchedulerAPI
 from wf.store.sqlite import SQLiteStore
 from wf.testing.clock import VirtualClock
+from wf.wire.scheduler_methods import ReportResult
 
 R = TypeVar("R")
 TTL_S = 30.0
@@ -85,7 +86,7 @@ def test_a_renewal_racing_the_completion_answers_its_own_expiry(tmp_path: Path) 
                 api.renew_lease("a1", token, ADMIN),
                 api.complete_activity("a1", token, b"", ADMIN),
             )
-            assert completed is None
+            assert completed == ReportResult(ok=True)  # answered, not refused
             # The renewal was decided first, so it succeeded: it answers the expiry it set.
             assert renewed == clock.now() + TTL_S
             # Once the completion is known, a renewal is refused with the typed error.

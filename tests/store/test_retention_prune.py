@@ -40,7 +40,7 @@ from wf.server.local import LocalStaticServer
 from wf.server.retention import RuntimeLinks
 from wf.server.rpc import ANONYMOUS_ADMIN
 from wf.store import make_store, retention
-from wf.store.catalog import DrivenCatalog
+from wf.store.driven_catalog import DrivenCatalog
 from wf.store.query import Query, Result, run_scripted
 
 CHAIN_PLAN: dict[str, Any] = {

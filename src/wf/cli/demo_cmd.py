@@ -308,7 +308,7 @@ class _Demo:
             )
             return
         # Virtual time only moves forward: start after everything the last demo did.
-        last = max(schedule["watermark"], schedule.get("paused_at") or 0.0)
+        last = max(schedule.watermark, schedule.paused_at or 0.0)
         resume_at = math.ceil(last / QUARTER_HOUR_S) * QUARTER_HOUR_S
         if resume_at > self.clock.now():
             await skipper.advance_to(resume_at)

@@ -20,8 +20,16 @@ step by step, so running it again changes nothing and says so:
    the server's canonical form) or deployment differ, else left alone.
    Without ``--cron`` an existing schedule is not touched.
 
-A flow that cannot be imported or built, or a bad ``--cron``/``--tz``, is
-refused before the server is contacted (exit 2); server refusals exit 1, as every client command.
+A flow that cannot be imported or built, a bad ``--cron``/``--tz``/``--name``/
+``--schedule-id``, or a scheduled run missing a required input, is refused before
+the server is contacted (exit 2); server refusals exit 1, as every client command.
+
+All or nothing as far as it can be: with ``--cron`` the server is first asked,
+with reads only, whether the schedule step could be written
+(:func:`_preflight_schedule`); a refusal there writes nothing. A refusal only the
+schedule write meets (a concurrent change, a missing permission) exits 1 saying
+what was written and what was not; rerunning the same command once the cause is
+fixed converges (the written steps come back ``unchanged``).
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ if TYPE_CHECKING:
 
     from wf.client.app import SyncApp
     from wf.flow import Flow
+    from wf.wire.schedule_views import ScheduleView
     from wf.wire.workflow import Artifact, ArtifactPage
 
 CREATE_ATTEMPTS = 5
@@ -83,6 +92,7 @@ def _run(args: argparse.Namespace) -> int:
         args.trigger = _trigger(args.cron, args.tz) if args.cron is not None else None
         args.flow = load_flow(args.target)
         args.inputs = _inputs(args.input)
+        _check_ids(args.flow, args.name, args.trigger is not None, args.schedule_id)
         if args.trigger is not None:
             _check_scheduled_inputs(args.flow, args.inputs)
     except UsageError as exc:
@@ -158,18 +168,41 @@ def _trigger(cron: str, tz: str | None) -> dict[str, Any]:
     return {"kind": "cron", "expression": parsed.expression, "timezone": parsed.timezone}
 
 
-def _check_scheduled_inputs(flow: Flow, inputs: dict[str, Any] | None) -> None:
+def _check_ids(flow: Flow, name: str, scheduled: bool, schedule_id: str | None) -> None:
+    """Refuse, before anything is written, a deployment name or schedule id the server
+    would refuse, with the server's own validators (the default schedule id is the
+    deployment id, which can outgrow a schedule id's 128 characters)."""
+    from wf.errors import WfError
+    from wf.runtime.deployments import deployment_id_of, spec_from_body
+    from wf.schedules.model import check_schedule_id
+
+    try:
+        spec_from_body({"artifact_id": flow.artifact_id, "artifact_version": 1, "name": name})
+    except WfError as exc:
+        raise UsageError(f"--name: {exc.code}: {exc.message}") from None
+    if scheduled:
+        wanted = schedule_id or deployment_id_of(flow.artifact_id, name)
+        try:
+            check_schedule_id(wanted)
+        except WfError as exc:
+            raise UsageError(f"--schedule-id: {exc.code}: {exc.message}") from None
+
+
+def _check_scheduled_inputs(
+    flow: Flow, inputs: dict[str, Any] | None, schedule_inputs: dict[str, Any] | None = None
+) -> None:
     """Refuse, before anything is written, a schedule whose runs could not start: a
-    scheduled run has only the deployment's inputs (``--input``) and the plan's
-    defaults, which the server checks against the input schema when the schedule is
-    created (after the artifact and deployment were saved)."""
+    scheduled run has the plan's defaults, the deployment's inputs (``--input``, or
+    those it keeps) and an existing schedule's own inputs, which the server checks
+    against the input schema when the schedule is written (after the artifact and
+    deployment were saved)."""
     from wf.runtime.plan import input_defaults_of
     from wf.runtime.schema import instance_problems
 
     schema = dict(flow.plan.input_schema)
     if not schema:
         return
-    given = {**input_defaults_of(schema), **(inputs or {})}
+    given = {**input_defaults_of(schema), **(inputs or {}), **(schedule_inputs or {})}
     problems = instance_problems(schema, given)
     if problems:
         raise UsageError(
@@ -197,10 +230,25 @@ def _inputs(items: list[str]) -> dict[str, Any] | None:
 
 
 def _deploy(app: SyncApp, args: argparse.Namespace) -> int:
+    from wf.errors import WfError
+
     flow: Flow = args.flow
-    artifact = _publish(app, flow)
-    deployment = _save_deployment(app, flow, artifact["version"], args)
-    schedule = _save_schedule(app, deployment["deployment_id"], args) if args.trigger else None
+    if args.trigger is not None:
+        _preflight_schedule(app, flow, args)
+    done: list[str] = []
+    try:
+        artifact = _publish(app, flow)
+        done.append(f"artifact {flow.artifact_id} v{artifact['version']} ({artifact['action']})")
+        deployment = _save_deployment(app, flow, artifact["version"], args)
+        done.append(
+            f"deployment {deployment['deployment_id']} ({deployment['action']}, "
+            f"revision {deployment['revision']})"
+        )
+        schedule = _save_schedule(app, deployment["deployment_id"], args) if args.trigger else None
+    except (WfError, UsageError) as exc:
+        if not done:
+            raise  # nothing written: the usual refusal
+        return _partial(args, exc, done)
     steps = [artifact, deployment] + ([schedule] if schedule else [])
     changed = any(s["action"] != "unchanged" for s in steps)
     answer = {
@@ -227,6 +275,66 @@ def _deploy(app: SyncApp, args: argparse.Namespace) -> int:
         return "\n".join(lines)
 
     return emit(args, answer, shown)
+
+
+def _preflight_schedule(app: SyncApp, flow: Flow, args: argparse.Namespace) -> None:
+    """Ask the server, with reads only, whether the schedule step could be written,
+    before anything is: schedules enabled (a refused read propagates), the id not
+    deleted, the schedule in the deployment's tenant, and a scheduled run's inputs
+    valid (the deployment's defaults it keeps and an existing schedule's own inputs
+    included)."""
+    from wf.errors import NotFound
+
+    deployment_id = f"{flow.artifact_id}.{args.name}"
+    schedule_id: str = args.schedule_id or deployment_id
+    try:
+        current = app.run(lambda a: a.get_deployment(deployment_id))
+    except NotFound:
+        current = None
+    try:
+        view: ScheduleView | None = app.run(lambda a: a.get_schedule(schedule_id))
+    except NotFound:
+        view = None
+    if view is not None and view.get("status") == "deleted":
+        raise UsageError(_deleted(schedule_id))
+    tenant = current.tenant if current is not None else "default"
+    if view is not None and view.get("tenant", tenant) != tenant:
+        raise UsageError(
+            f"schedule {schedule_id!r} belongs to tenant {view.get('tenant')!r} and "
+            f"deployment {deployment_id!r} to {tenant!r}; a schedule stays with its "
+            "tenant: pass --schedule-id with another id"
+        )
+    inputs = args.inputs
+    if inputs is None and current is not None:
+        inputs = dict(current.default_inputs)
+    _check_scheduled_inputs(flow, inputs, view.get("inputs") if view is not None else None)
+
+
+def _deleted(schedule_id: str) -> str:
+    return (
+        f"schedule {schedule_id!r} was deleted and schedule ids are never reused: "
+        "pass --schedule-id with a new id"
+    )
+
+
+def _partial(args: argparse.Namespace, exc: Exception, done: list[str]) -> int:
+    """Report a deploy refused after some of its steps were written (exit 1): what was
+    written, what was not, and that a rerun once fixed reuses what was written."""
+    from wf.cli.connect import REFUSED_EXIT
+    from wf.errors import WfError
+
+    code = exc.code if isinstance(exc, WfError) else "usage"
+    why = exc.message if isinstance(exc, WfError) else str(exc)
+    step = "schedule" if len(done) == 2 else "deployment"
+    message = (
+        f"{why} -- stored: {'; '.join(done)}; NOT written: the {step}"
+        + (" and the schedule" if step == "deployment" and args.trigger is not None else "")
+        + ". Fix the cause and run the same wf deploy again: what is stored is "
+        "reused (unchanged)"
+    )
+    if args.json:
+        return fail(message, REFUSED_EXIT, as_json=True, error_code=code)
+    return fail(f"{code}: {message}", REFUSED_EXIT)
 
 
 def _publish(app: SyncApp, flow: Flow) -> dict[str, Any]:
@@ -334,10 +442,7 @@ def _save_schedule(app: SyncApp, deployment_id: str, args: argparse.Namespace) -
         view = app.run(lambda a: a.create_schedule(schedule_id, deployment_id, trigger))
         action = "created"
     elif view.get("status") == "deleted":
-        raise UsageError(
-            f"schedule {schedule_id!r} was deleted and schedule ids are never reused: "
-            "pass --schedule-id with a new id"
-        )
+        raise UsageError(_deleted(schedule_id))  # deleted since the preflight read
     elif _same_trigger(view.get("trigger"), trigger) and view["deployment_id"] == deployment_id:
         action = "unchanged"
     else:

@@ -72,7 +72,14 @@ def jsonable(value: Any, key: str = "") -> Any:
     every field of a typed answer present (``null`` when it has no value)."""
     import msgspec
 
-    if isinstance(value, msgspec.Struct):
+    from wf.wire.views import View
+
+    if isinstance(value, View):
+        # Every field under its wire name, but those the server did not send (UNSET).
+        fields = msgspec.structs.fields(value)
+        value = {f.encode_name: getattr(value, f.name) for f in fields}
+        value = {k: v for k, v in value.items() if v is not msgspec.UNSET}
+    elif isinstance(value, msgspec.Struct):
         value = {f: getattr(value, f) for f in value.__struct_fields__}
     if isinstance(value, dict):
         shown = {

@@ -116,16 +116,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _start(app: SyncApp, args: argparse.Namespace) -> int:
     inputs = _inputs(args)
-    view = app.run(lambda a: a.start_run(args.deployment_id, inputs, request_id=args.request_id))
+    view = app.run(
+        lambda a: a.start_run(args.deployment_id, inputs, request_id=args.request_id)
+    ).to_builtins()
     if not args.wait:
         return emit(args, view, lambda: f"started {view['run_id']}\n\n" + run_text(view))
     # Not a one-call command any more: the wait rides out a server restart with the
     # full failover budget, as any client does (wf.cli.connect).
     app.app.rpc.refused_timeout_s = None
     try:
-        view = app.run(lambda a: a.wait_for_run(view["run_id"], args.timeout))
+        view = app.run(lambda a: a.wait_for_run(view["run_id"], args.timeout)).to_builtins()
     except TimeoutError:
-        view = app.run(lambda a: a.inspect_run(view["run_id"]))
+        view = app.run(lambda a: a.inspect_run(view["run_id"])).to_builtins()
         emit(args, view, lambda: run_text(view))
         fail(
             f"run {view['run_id']} is still {view['status']} after {args.timeout:g} s",
@@ -152,12 +154,12 @@ def _runs_list(app: SyncApp, args: argparse.Namespace) -> int:
             newest_first=not args.oldest_first,
             created_after=since,
         )
-    )
+    ).to_builtins()
     return emit(args, page, lambda: _runs_table(page))
 
 
 def _runs_inspect(app: SyncApp, args: argparse.Namespace) -> int:
-    view = app.run(lambda a: a.inspect_run(args.run_id))
+    view = app.run(lambda a: a.inspect_run(args.run_id)).to_builtins()
     if args.attempts:
         return emit(args, view, lambda: attempts_text(view))
     return emit(args, view, lambda: run_text(view))
@@ -165,12 +167,12 @@ def _runs_inspect(app: SyncApp, args: argparse.Namespace) -> int:
 
 def _resume(app: SyncApp, args: argparse.Namespace) -> int:
     answer = _json_or_text(args.answer)
-    view = app.run(lambda a: a.resume_run(args.run_id, answer, node_id=args.node))
+    view = app.run(lambda a: a.resume_run(args.run_id, answer, node_id=args.node)).to_builtins()
     return emit(args, view, lambda: f"answered {args.run_id}\n\n" + run_text(view))
 
 
 def _cancel(app: SyncApp, args: argparse.Namespace) -> int:
-    view = app.run(lambda a: a.cancel_run(args.run_id, reason=args.reason))
+    view = app.run(lambda a: a.cancel_run(args.run_id, reason=args.reason)).to_builtins()
     return emit(args, view, lambda: f"cancelled {args.run_id}\n\n" + run_text(view))
 
 

@@ -147,12 +147,12 @@ def _create(app: SyncApp, args: argparse.Namespace) -> int:
     missing = [f for f in ("schedule_id", "deployment_id", "trigger") if f not in body]
     if missing:
         raise UsageError(f"{args.file}: missing {', '.join(missing)}")
-    view = app.run(lambda a: a.create_schedule(**body))
+    view = app.run(lambda a: a.create_schedule(**body)).to_builtins()
     return _emit(args, view, lambda: _schedule_text(view, "created"))
 
 
 def _get(app: SyncApp, args: argparse.Namespace) -> int:
-    view = app.run(lambda a: a.get_schedule(args.schedule_id))
+    view = app.run(lambda a: a.get_schedule(args.schedule_id)).to_builtins()
     return _emit(args, view, lambda: _schedule_text(view))
 
 
@@ -165,7 +165,7 @@ def _list(app: SyncApp, args: argparse.Namespace) -> int:
                 cursor=cursor,
                 status=args.status,
             )
-        )
+        ).to_builtins()
 
     if args.page or args.cursor is not None:
         page = page_after(args.cursor)
@@ -177,22 +177,24 @@ def _list(app: SyncApp, args: argparse.Namespace) -> int:
 
 def _update(app: SyncApp, args: argparse.Namespace) -> int:
     body = _body(args.file, _UPDATE_FIELDS)
-    view = app.run(lambda a: a.update_schedule(args.schedule_id, args.expected_revision, **body))
+    view = app.run(
+        lambda a: a.update_schedule(args.schedule_id, args.expected_revision, **body)
+    ).to_builtins()
     return _emit(args, view, lambda: _schedule_text(view, "updated"))
 
 
 def _pause(app: SyncApp, args: argparse.Namespace) -> int:
-    view = app.run(lambda a: a.pause_schedule(args.schedule_id, reason=args.reason))
+    view = app.run(lambda a: a.pause_schedule(args.schedule_id, reason=args.reason)).to_builtins()
     return _emit(args, view, lambda: _schedule_text(view, "paused"))
 
 
 def _resume(app: SyncApp, args: argparse.Namespace) -> int:
-    view = app.run(lambda a: a.resume_schedule(args.schedule_id))
+    view = app.run(lambda a: a.resume_schedule(args.schedule_id)).to_builtins()
     return _emit(args, view, lambda: _schedule_text(view, "resumed"))
 
 
 def _delete(app: SyncApp, args: argparse.Namespace) -> int:
-    view = app.run(lambda a: a.delete_schedule(args.schedule_id))
+    view = app.run(lambda a: a.delete_schedule(args.schedule_id)).to_builtins()
     return _emit(args, view, lambda: _schedule_text(view, "deleted"))
 
 
@@ -200,7 +202,7 @@ def _occurrences(app: SyncApp, args: argparse.Namespace) -> int:
     def page_after(cursor: str | None) -> dict[str, Any]:
         return app.run(
             lambda a: a.list_schedule_occurrences(args.schedule_id, limit=args.limit, cursor=cursor)
-        )
+        ).to_builtins()
 
     page = page_after(args.cursor)
     if args.all:
@@ -209,12 +211,15 @@ def _occurrences(app: SyncApp, args: argparse.Namespace) -> int:
 
 
 def _preview(app: SyncApp, args: argparse.Namespace) -> int:
-    instants = app.run(lambda a: a.preview_schedule(args.schedule_id, count=args.count))
+    instants = [
+        i.to_builtins()
+        for i in app.run(lambda a: a.preview_schedule(args.schedule_id, count=args.count))
+    ]
     return _emit(args, instants, lambda: _preview_table(instants))
 
 
 def _trigger(app: SyncApp, args: argparse.Namespace) -> int:
-    view = app.run(lambda a: a.trigger_schedule(args.schedule_id))
+    view = app.run(lambda a: a.trigger_schedule(args.schedule_id)).to_builtins()
     return _emit(
         args,
         view,

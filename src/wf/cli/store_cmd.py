@@ -309,7 +309,7 @@ def _prune(args: argparse.Namespace) -> int:
     from wf.clock import SystemClock
     from wf.node import default_owner
     from wf.server.retention import RuntimeLinks
-    from wf.store.catalog import DrivenCatalog
+    from wf.store.driven_catalog import DrivenCatalog
 
     try:
         older_than = parse_duration(args.older_than)

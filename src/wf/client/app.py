@@ -52,8 +52,19 @@ from __future__ import annotations
 import asyncio
 import ssl
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Final, Self, TypeAlias, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import (
+    Any,
+    ClassVar,
+    Concatenate,
+    Final,
+    Generic,
+    ParamSpec,
+    Self,
+    TypeAlias,
+    TypeVar,
+    overload,
+)
 
 import msgspec
 
@@ -66,6 +77,8 @@ from wf.wire import cluster_methods, schedule_methods, scheduler_methods, workfl
 from wf.wire.cluster_methods import ClusterStatus
 from wf.wire.methods import DISCOVER, WHOAMI, Identity, MethodSpec
 from wf.wire.methods import MethodInfo as MethodInfo
+from wf.wire.run_views import RunPage, RunView
+from wf.wire.schedule_views import OccurrencePage, PreviewInstant, SchedulePage, ScheduleView
 from wf.wire.scheduler_methods import (
     ActivityView,
     DispatchStats,
@@ -73,6 +86,8 @@ from wf.wire.scheduler_methods import (
     PollResult,
     QueueStats,
     RegisterResult,
+    ReportPoll,
+    ReportResult,
     TransitionPage,
     WorkerPage,
 )
@@ -81,6 +96,7 @@ from wf.wire.workflow import Artifact, ArtifactPage, Deployment, DeploymentPage,
 from wf.wire.workflow_methods import RunCounts
 
 R = TypeVar("R")
+P = ParamSpec("P")
 
 _NO_STATS: Final = HeartbeatStats()
 
@@ -115,12 +131,12 @@ WAIT_POLL_MAX_S: Final = 1.0
 
 
 async def wait_for_run(
-    inspect: Callable[[str], Awaitable[dict[str, Any]]],
+    inspect: Callable[[str], Awaitable[RunView]],
     run_id: str,
     # A parameter rather than asyncio.timeout: the last view is fetched, and the
     # error names the status the run is still in, which a cancelled poll cannot.
     timeout: float | None,  # noqa: ASYNC109
-) -> dict[str, Any]:
+) -> RunView:
     """Poll ``inspect(run_id)`` until the run's status is in :data:`STOPPED_RUN_STATUSES`
     (the one loop behind :meth:`App.wait_for_run` and the local server's twin)."""
     if timeout is not None and not timeout >= 0:  # NaN too: it compared as "no deadline"
@@ -130,12 +146,12 @@ async def wait_for_run(
     pause = WAIT_POLL_MIN_S
     while True:
         view = await inspect(run_id)
-        if view.get("status") in STOPPED_RUN_STATUSES or "corrupt" in view:
+        if view.status in STOPPED_RUN_STATUSES or "corrupt" in view:
             return view
         if deadline is not None:
             left = deadline - loop.time()
             if left <= 0:
-                raise TimeoutError(f"run {run_id} is still {view.get('status')} after {timeout} s")
+                raise TimeoutError(f"run {run_id} is still {view.status} after {timeout} s")
             pause = min(pause, left)
         await asyncio.sleep(pause)
         pause = min(pause * 2, WAIT_POLL_MAX_S)
@@ -312,7 +328,7 @@ class App:
         inputs: dict[str, Any] | None = None,
         *,
         request_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunView:
         """Start a run of a deployment; returns its view. A repeated ``request_id``
         returns the run it started (default: one drawn for this call, kept across
         the transport's retries)."""
@@ -323,7 +339,7 @@ class App:
             request_id=request_id if request_id is not None else new_request_id(),
         )
 
-    async def inspect_run(self, run_id: str) -> dict[str, Any]:
+    async def inspect_run(self, run_id: str) -> RunView:
         """A run's status, inputs, trace, output and checkpoint."""
         return await self._call("inspect_run", run_id=run_id)
 
@@ -338,7 +354,7 @@ class App:
         newest_first: bool = False,
         created_after: float | None = None,
         created_before: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunPage:
         """A page of runs, oldest first (or newest first), with ``next_cursor``."""
         return await self._call(
             "list_runs",
@@ -356,17 +372,15 @@ class App:
         """Runs created in the last ``window_s`` seconds, by status."""
         return await self._call("count_runs", window_s=window_s)
 
-    async def resume_run(
-        self, run_id: str, answer: Any, node_id: str | None = None
-    ) -> dict[str, Any]:
+    async def resume_run(self, run_id: str, answer: Any, node_id: str | None = None) -> RunView:
         """Answer a run's interrupt node."""
         return await self._call("resume_run", run_id=run_id, answer=answer, node_id=node_id)
 
-    async def cancel_run(self, run_id: str, reason: str = "") -> dict[str, Any]:
+    async def cancel_run(self, run_id: str, reason: str = "") -> RunView:
         """Cancel a run that has not stopped."""
         return await self._call("cancel_run", run_id=run_id, reason=reason)
 
-    async def wait_for_run(self, run_id: str, timeout: float | None = None) -> dict[str, Any]:  # noqa: ASYNC109
+    async def wait_for_run(self, run_id: str, timeout: float | None = None) -> RunView:  # noqa: ASYNC109
         """Wait until a run stops; returns its view (as :meth:`inspect_run`).
 
         A run stops when it is final (``completed``, ``failed``, ``exhausted``,
@@ -391,7 +405,7 @@ class App:
         max_steps: int | None = None,
         note: str | None = None,
         misfire_lateness_s: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> ScheduleView:
         """Create a schedule (caller-chosen id, never reused); returns its definition."""
         return await self._call(
             "create_schedule",
@@ -407,7 +421,7 @@ class App:
             misfire_lateness_s=misfire_lateness_s,
         )
 
-    async def get_schedule(self, schedule_id: str) -> dict[str, Any]:
+    async def get_schedule(self, schedule_id: str) -> ScheduleView:
         """A schedule's definition, admission state and counters (deleted ones too)."""
         return await self._call("get_schedule", schedule_id=schedule_id)
 
@@ -418,8 +432,8 @@ class App:
         limit: int = 50,
         cursor: str | None = None,
         status: str | None = None,
-    ) -> dict[str, Any]:
-        """A page of the visible schedules by id: ``{"schedules": [...], "next_cursor"}``
+    ) -> SchedulePage:
+        """A page of the visible schedules by id: ``schedules`` and ``next_cursor``
         (deleted ones only when asked; ``status``: only those in that state)."""
         return await self._call(
             "list_schedules",
@@ -443,7 +457,7 @@ class App:
         max_steps: int | None = None,
         note: str | None = None,
         misfire_lateness_s: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> ScheduleView:
         """Change the given fields (``None``: unchanged) at ``expected_revision``."""
         return await self._call(
             "update_schedule",
@@ -460,35 +474,31 @@ class App:
             misfire_lateness_s=misfire_lateness_s,
         )
 
-    async def pause_schedule(
-        self, schedule_id: str, *, reason: str | None = None
-    ) -> dict[str, Any]:
+    async def pause_schedule(self, schedule_id: str, *, reason: str | None = None) -> ScheduleView:
         """Stop future admission (idempotent); an active run goes on."""
         return await self._call("pause_schedule", schedule_id=schedule_id, reason=reason)
 
-    async def resume_schedule(self, schedule_id: str) -> dict[str, Any]:
+    async def resume_schedule(self, schedule_id: str) -> ScheduleView:
         """Admit again from the next future instant (idempotent)."""
         return await self._call("resume_schedule", schedule_id=schedule_id)
 
-    async def delete_schedule(self, schedule_id: str) -> dict[str, Any]:
+    async def delete_schedule(self, schedule_id: str) -> ScheduleView:
         """Soft delete (idempotent): no admission; runs and history stay."""
         return await self._call("delete_schedule", schedule_id=schedule_id)
 
     async def list_schedule_occurrences(
         self, schedule_id: str, *, limit: int = 50, cursor: str | None = None
-    ) -> dict[str, Any]:
-        """A page of occurrences, oldest first: ``{"occurrences": [...], "next_cursor"}``."""
+    ) -> OccurrencePage:
+        """A page of occurrences, oldest first: ``occurrences`` and ``next_cursor``."""
         return await self._call(
             "list_schedule_occurrences", schedule_id=schedule_id, limit=limit, cursor=cursor
         )
 
-    async def preview_schedule(self, schedule_id: str, *, count: int = 5) -> list[dict[str, Any]]:
+    async def preview_schedule(self, schedule_id: str, *, count: int = 5) -> list[PreviewInstant]:
         """The next ``count`` instants the trigger yields (UTC and wall time)."""
         return await self._call("preview_schedule", schedule_id=schedule_id, count=count)
 
-    async def trigger_schedule(
-        self, schedule_id: str, *, request_id: str | None = None
-    ) -> dict[str, Any]:
+    async def trigger_schedule(self, schedule_id: str, *, request_id: str | None = None) -> RunView:
         """Start one manual run now through the schedule's bindings; returns its view.
         A repeated ``request_id`` returns the run it started (default: one drawn for
         this call, kept across the transport's retries)."""
@@ -549,16 +559,24 @@ class App:
         return await self._call("lease_details", activity_id=activity_id, token=token)
 
     async def complete_activity(
-        self, activity_id: str, token: int, result: bytes = b"", unreported_start: bool = False
-    ) -> None:
+        self,
+        activity_id: str,
+        token: int,
+        result: bytes = b"",
+        unreported_start: bool = False,
+        poll: ReportPoll | None = None,
+    ) -> ReportResult:
         """Record the result (fenced by ``token``); ``unreported_start``: the start too
-        (only for a grant with ``may_restart``)."""
-        await self._call(
+        (only for a grant with ``may_restart``); ``poll``: and take up to
+        ``poll.max_items`` more leases for the holder now, in the same commit (the
+        answer's ``leases``; see :class:`~wf.wire.scheduler_methods.ReportPoll`)."""
+        return await self._call(
             "complete_activity",
             activity_id=activity_id,
             token=token,
             result=result,
             unreported_start=unreported_start,
+            poll=poll,
         )
 
     async def fail_activity(
@@ -570,11 +588,13 @@ class App:
         retryable: bool = True,
         unreported_start: bool = False,
         stack_trace: str = "",
-    ) -> None:
+        poll: ReportPoll | None = None,
+    ) -> ReportResult:
         """Record a failed attempt (fenced by ``token``); ``unreported_start``: the start
         too (only for a grant with ``may_restart``); ``stack_trace`` is kept with the
-        attempt (at most 16,384 characters, no NUL)."""
-        await self._call(
+        attempt (at most 16,384 characters, no NUL); ``poll``: as for
+        :meth:`complete_activity`."""
+        return await self._call(
             "fail_activity",
             activity_id=activity_id,
             token=token,
@@ -583,17 +603,81 @@ class App:
             retryable=retryable,
             unreported_start=unreported_start,
             stack_trace=stack_trace,
+            poll=poll,
         )
+
+
+class _Blocking(Generic[P, R]):
+    """A method of :class:`App` as :class:`SyncApp` offers it: the same parameters and
+    result type, run to completion on the facade's private loop."""
+
+    def __init__(self, twin: Callable[Concatenate[App, P], Coroutine[Any, Any, R]]) -> None:
+        self.name = twin.__name__
+        self.__doc__ = twin.__doc__
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> Self: ...
+
+    @overload
+    def __get__(self, obj: SyncApp, owner: type[Any]) -> Callable[P, R]: ...
+
+    def __get__(self, obj: SyncApp | None, owner: type[Any]) -> Any:
+        if obj is None:
+            return self
+        return obj._blocking(self.name)
 
 
 class SyncApp:
     """:class:`App` for blocking code: each call runs on a private event loop.
 
     ``with App.sync(url) as app: app.queue_stats()``. Every twin of
-    :attr:`App.TWINS` is available by name (untyped); :meth:`run` runs any
+    :attr:`App.TWINS` is available by name, typed as :class:`App`'s
+    (``app.inspect_run(run_id)`` is a :class:`~wf.wire.run_views.RunView`). :meth:`run` runs any
     coroutine of the client with its type kept. Not for use inside a running
     event loop (use :class:`App` there).
     """
+
+    create_artifact_from_plan = _Blocking(App.create_artifact_from_plan)
+    get_artifact = _Blocking(App.get_artifact)
+    list_artifacts = _Blocking(App.list_artifacts)
+    save_deployment = _Blocking(App.save_deployment)
+    get_deployment = _Blocking(App.get_deployment)
+    list_deployments = _Blocking(App.list_deployments)
+    start_run = _Blocking(App.start_run)
+    inspect_run = _Blocking(App.inspect_run)
+    list_runs = _Blocking(App.list_runs)
+    count_runs = _Blocking(App.count_runs)
+    resume_run = _Blocking(App.resume_run)
+    cancel_run = _Blocking(App.cancel_run)
+    create_schedule = _Blocking(App.create_schedule)
+    get_schedule = _Blocking(App.get_schedule)
+    list_schedules = _Blocking(App.list_schedules)
+    update_schedule = _Blocking(App.update_schedule)
+    pause_schedule = _Blocking(App.pause_schedule)
+    resume_schedule = _Blocking(App.resume_schedule)
+    delete_schedule = _Blocking(App.delete_schedule)
+    list_schedule_occurrences = _Blocking(App.list_schedule_occurrences)
+    preview_schedule = _Blocking(App.preview_schedule)
+    trigger_schedule = _Blocking(App.trigger_schedule)
+    submit_activities = _Blocking(App.submit_activities)
+    cancel_activity = _Blocking(App.cancel_activity)
+    get_activity = _Blocking(App.get_activity)
+    activity_history = _Blocking(App.activity_history)
+    list_workers = _Blocking(App.list_workers)
+    queue_stats = _Blocking(App.queue_stats)
+    dispatch_stats = _Blocking(App.dispatch_stats)
+    discover = _Blocking(App.discover)
+    whoami = _Blocking(App.whoami)
+    cluster_status = _Blocking(App.cluster_status)
+    register_worker = _Blocking(App.register_worker)
+    heartbeat = _Blocking(App.heartbeat)
+    poll = _Blocking(App.poll)
+    shutdown_worker = _Blocking(App.shutdown_worker)
+    start_activity = _Blocking(App.start_activity)
+    renew_lease = _Blocking(App.renew_lease)
+    lease_details = _Blocking(App.lease_details)
+    complete_activity = _Blocking(App.complete_activity)
+    fail_activity = _Blocking(App.fail_activity)
 
     def __init__(
         self,
@@ -624,13 +708,17 @@ class SyncApp:
 
         return self._loop.run_until_complete(main())
 
-    def wait_for_run(self, run_id: str, timeout: float | None = None) -> dict[str, Any]:
+    def wait_for_run(self, run_id: str, timeout: float | None = None) -> RunView:
         """:meth:`App.wait_for_run`, blocking."""
         return self.run(lambda a: a.wait_for_run(run_id, timeout))
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name not in App.TWINS:
             raise AttributeError(name)
+        return self._blocking(name)
+
+    def _blocking(self, name: str) -> Callable[..., Any]:
+        """The twin ``name`` of the async client, blocking."""
         method: Callable[..., Awaitable[Any]] = getattr(self.app, name)
 
         def blocking(*args: Any, **kwargs: Any) -> Any:

@@ -8,8 +8,8 @@ brings it, the result, the next poll), so the client's own cost per call lies
 on the path of every dispatch. aiohttp's client serves the general case
 (cookies, redirects, proxies, tracing hooks, streaming) and spends about
 175 µs of CPU per such call on the 2-core reference machine; this client
-spends about 90, half (``uv run python bench/wire.py``). The server stays on
-aiohttp.
+spends about 90, half (``uv run python bench/wire.py``). The server parses
+requests with the same parser (:mod:`wf.server.http_server`).
 
 :class:`Http1Pool` keeps idle keep-alive connections per :class:`Origin` and
 opens another when none is idle, so concurrent calls (a long poll, the

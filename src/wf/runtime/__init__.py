@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         TimerNode,
         validate_plan,
     )
+    from wf.wire.run_views import RunPage, RunSummary, RunView
 
 __all__ = [
     "ActivityNode",
@@ -28,6 +29,9 @@ __all__ = [
     "InterruptNode",
     "MapNode",
     "Plan",
+    "RunPage",
+    "RunSummary",
+    "RunView",
     "TimerNode",
     "WorkflowAPI",
     "validate_plan",
@@ -42,6 +46,9 @@ _HOMES: Final = {
     "InterruptNode": "wf.runtime.plan",
     "MapNode": "wf.runtime.plan",
     "Plan": "wf.runtime.plan",
+    "RunPage": "wf.wire.run_views",
+    "RunSummary": "wf.wire.run_views",
+    "RunView": "wf.wire.run_views",
     "TimerNode": "wf.runtime.plan",
     "WorkflowAPI": "wf.runtime.api",
     "validate_plan": "wf.runtime.plan",

@@ -38,6 +38,8 @@ from collections.abc import Callable, Collection
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol, TypeVar
 
+import msgspec
+
 from wf.clock import Clock
 from wf.errors import (
     AlreadyExists,
@@ -71,6 +73,7 @@ from wf.tenancy import require_namespace
 from wf.wire import paging
 from wf.wire.bounds import PAGE_LIMIT_MAX, check_name, check_text
 from wf.wire.paging import PAGE_BYTES_MAX, PAGE_LIMIT_DEFAULT, check_limit, views_in_slices
+from wf.wire.run_views import CorruptRunSummary, RunPage, RunSummary, RunView
 from wf.wire.workflow import ArtifactPage as ArtifactPage
 from wf.wire.workflow import DeploymentPage as DeploymentPage
 from wf.wire.workflow_methods import RUN_COUNT_SCAN_MAX, RUN_COUNT_WINDOW_MAX_S, RunCounts
@@ -414,7 +417,7 @@ class WorkflowAPI:
         *,
         caller: Scope,
         request_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunView:
         """Start a run of ``deployment_id`` now; returns its view (see ``inspect_run``).
 
         With a ``request_id`` the call may be retried safely: a retry (same
@@ -486,7 +489,7 @@ class WorkflowAPI:
                 run = await self.engine.begin(row.run_id)
         return run, plan
 
-    async def inspect_run(self, run_id: str, *, caller: Scope) -> dict[str, Any]:
+    async def inspect_run(self, run_id: str, *, caller: Scope) -> RunView:
         """Status, pinned inputs and artifact, per-node trace (attempts, workers,
         timings, errors), output, checkpoint, awaited interrupts and resume marks.
 
@@ -509,9 +512,9 @@ class WorkflowAPI:
         newest_first: bool = False,
         created_after: float | None = None,
         created_before: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunPage:
         """One page of runs, oldest first (newest first with ``newest_first``):
-        ``{"runs": [...], "next_cursor": ...}``.
+        ``runs`` (:class:`~wf.wire.run_views.RunSummary`) and ``next_cursor``.
 
         ``limit`` is 1–100; ``next_cursor`` is ``None`` on the last page.
         ``created_after`` (inclusive) and ``created_before`` (exclusive) bound the
@@ -544,7 +547,7 @@ class WorkflowAPI:
         )
         page = await views_in_slices(rows[:limit], _run_listed)
         more = len(rows) > limit
-        return {"runs": page, "next_cursor": encode_cursor(rows[limit - 1].seq) if more else None}
+        return RunPage(runs=page, next_cursor=encode_cursor(rows[limit - 1].seq) if more else None)
 
     async def count_runs(self, window_s: float = 3600.0, *, caller: Scope) -> RunCounts:
         """Runs created in the last ``window_s`` seconds, by current status (the
@@ -572,7 +575,7 @@ class WorkflowAPI:
 
     async def resume_run(
         self, run_id: str, answer: Any, node_id: str | None = None, *, caller: Scope
-    ) -> dict[str, Any]:
+    ) -> RunView:
         """Answer an interrupt (``node_id`` may be omitted when only one waits).
 
         The attempt is marked in the store before the answer applies (see
@@ -589,7 +592,7 @@ class WorkflowAPI:
                 resumed = await self.engine.resume_run(run_id, answer, node_id)
         return await self._view(resumed, await self.engine.plan_of(resumed))
 
-    async def cancel_run(self, run_id: str, reason: str = "", *, caller: Scope) -> dict[str, Any]:
+    async def cancel_run(self, run_id: str, reason: str = "", *, caller: Scope) -> RunView:
         """Cancel a run that has not stopped; its activities are withdrawn.
 
         ``reason`` (at most :data:`REASON_MAX` characters) is kept in the run's error.
@@ -610,7 +613,9 @@ class WorkflowAPI:
             raise NotFound(f"run {run_id!r} does not exist", run_id=run_id)
         return run, plan
 
-    async def _view(self, run: Run, plan: Plan) -> dict[str, Any]:
+    async def _view(self, run: Run, plan: Plan) -> RunView:
+        """The run's view: built as the JSON object :func:`~wf.runtime.trace.run_view`
+        writes, returned typed (the same keys, so it encodes to the same bytes)."""
         # ``run`` is the engine's live object: read it only between changes.
         async with self.engine.reading(run.run_id):
             histories = {}
@@ -635,15 +640,15 @@ class WorkflowAPI:
                     found = await self.store.heartbeat_details(aid)
                     if found:
                         details[aid] = found
-            return run_view(run, plan, histories, details, waiting)
+            return msgspec.convert(run_view(run, plan, histories, details, waiting), RunView)
 
 
-def _run_listed(row: RunRow) -> dict[str, Any]:
+def _run_listed(row: RunRow) -> RunSummary:
     """A run's summary in a listing (one whose record does not decode says so)."""
     try:
-        return run_summary(run_from_row(row))
+        return msgspec.convert(run_summary(run_from_row(row)), RunSummary)
     except CorruptRecord as exc:
-        return {"run_id": row.run_id, "status": row.status, "corrupt": exc.message}
+        return CorruptRunSummary(run_id=row.run_id, status=row.status, corrupt=exc.message)
 
 
 def _within_bytes(page: list[R], size: Callable[[R], int]) -> list[R]:

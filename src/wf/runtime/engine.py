@@ -49,6 +49,13 @@ and tells the engine through ``reload_listeners``) and then reconciles every
 live run with the reloaded core the way recovery does, which finds a lost
 completion in the activity's history and submits again what never reached
 the scheduler.
+
+Why one module of about 950 lines: the live path (events, timers, API
+calls) and the recovery path (:meth:`RunEngine._recover`, ``reconcile``)
+change runs under the same per-run lock, through the same decide-store-carry
+order and the same private timer heap; split apart, each half would have to
+reach into the other's locks and heap. The pure decisions already live
+elsewhere (:mod:`wf.runtime.dag`); what is here is only the shell.
 """
 
 from __future__ import annotations

@@ -61,6 +61,15 @@ from wf.wire.paging import (
     encode_cursor,
     views_in_slices,
 )
+from wf.wire.run_views import RunView
+from wf.wire.schedule_views import (
+    CorruptScheduleView,
+    OccurrencePage,
+    OccurrenceView,
+    PreviewInstant,
+    SchedulePage,
+    ScheduleView,
+)
 
 OCCURRENCES_LIMIT_MAX: Final = 100
 """Largest occurrence page."""
@@ -121,7 +130,7 @@ class ScheduleAPI:
         max_steps: int | None = None,
         note: str | None = None,
         misfire_lateness_s: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> ScheduleView:
         """Create a schedule (caller-chosen id, never reused); returns its definition.
 
         Checks the id, the trigger (InvalidCronExpression, InvalidTimezone,
@@ -169,13 +178,15 @@ class ScheduleAPI:
 
     # --------------------------------------------------------------- read
 
-    async def get_schedule(self, schedule_id: str, *, caller: Scope) -> dict[str, Any]:
+    async def get_schedule(self, schedule_id: str, *, caller: Scope) -> ScheduleView:
         """The full definition, admission state and counters (deleted ones too)."""
         return self.view(await self.load(schedule_id, caller))
 
-    def view(self, schedule: Schedule) -> dict[str, Any]:
-        """:func:`schedule_view` with what the admission service knows (blocked)."""
-        return schedule_view(schedule, blocked=self.blocked.get(schedule.schedule_id))
+    def view(self, schedule: Schedule) -> ScheduleView:
+        """:func:`schedule_view` with what the admission service knows (blocked), typed
+        (the same keys, so it encodes to the same bytes)."""
+        built = schedule_view(schedule, blocked=self.blocked.get(schedule.schedule_id))
+        return msgspec.convert(built, ScheduleView)
 
     async def list_schedules(
         self,
@@ -185,8 +196,8 @@ class ScheduleAPI:
         limit: int = PAGE_LIMIT_DEFAULT,
         cursor: str | None = None,
         status: str | None = None,
-    ) -> dict[str, Any]:
-        """One page of the visible schedules by id: ``{"schedules": [...], "next_cursor"}``.
+    ) -> SchedulePage:
+        """One page of the visible schedules by id: ``schedules`` and ``next_cursor``.
 
         ``limit`` is 1-100; ``next_cursor`` is ``None`` on the last page (pass it
         back to get the next one). Deleted schedules only when asked. The store
@@ -216,16 +227,16 @@ class ScheduleAPI:
         page = stored[:limit]
         views = await views_in_slices(page, self._listed_view)
         more = len(stored) > limit
-        return {
-            "schedules": views,
-            "next_cursor": encode_cursor(_SCHEDULES, page[-1].schedule_id) if more else None,
-        }
+        return SchedulePage(
+            schedules=views,
+            next_cursor=encode_cursor(_SCHEDULES, page[-1].schedule_id) if more else None,
+        )
 
     async def _filtered_page(
         self, status: str, after: str, limit: int, include_deleted: bool, caller: Scope
-    ) -> dict[str, Any]:
+    ) -> SchedulePage:
         """A page of the schedules whose view status is ``status`` (see list_schedules)."""
-        views: list[dict[str, Any]] = []
+        views: list[ScheduleView] = []
         scanned = 0
         while True:
             stored = await self.store.schedules_page(
@@ -239,7 +250,7 @@ class ScheduleAPI:
             batch_views = await views_in_slices(batch, self._listed_view)
             for i, (row, view) in enumerate(zip(batch, batch_views, strict=True)):
                 after = row.schedule_id
-                if view["status"] == status:
+                if view.status == status:
                     views.append(view)
                 if len(views) == limit:
                     rest = more or i + 1 < len(batch)
@@ -250,11 +261,13 @@ class ScheduleAPI:
             if scanned >= FILTER_SCAN_MAX:
                 return _page(views, after)
 
-    def _listed_view(self, row: ScheduleRow) -> dict[str, Any]:
+    def _listed_view(self, row: ScheduleRow) -> ScheduleView:
         try:
             return self.view(schedule_from_row(row))
         except CorruptRecord as exc:
-            return {"schedule_id": row.schedule_id, "corrupt": exc.message, "status": "blocked"}
+            return CorruptScheduleView(
+                schedule_id=row.schedule_id, corrupt=exc.message, status="blocked"
+            )
 
     async def load(self, schedule_id: str, caller: Scope) -> Schedule:
         """A schedule the caller may see (NotFound otherwise; CorruptRecord if unreadable)."""
@@ -280,7 +293,7 @@ class ScheduleAPI:
         max_steps: int | None = _UNSET,
         note: str | None = _UNSET,
         misfire_lateness_s: float | None = _UNSET,
-    ) -> dict[str, Any]:
+    ) -> ScheduleView:
         """Change the given fields (``None``: unchanged) at ``expected_revision``.
 
         Everything is checked as on create before anything is written; a stale
@@ -347,7 +360,7 @@ class ScheduleAPI:
 
     async def pause_schedule(
         self, schedule_id: str, *, caller: Scope, reason: str | None = None
-    ) -> dict[str, Any]:
+    ) -> ScheduleView:
         """Stop future admission (an active run goes on); clears a held candidate.
         Idempotent: pausing a paused schedule changes nothing."""
         reason = _note(reason, "reason")
@@ -368,7 +381,7 @@ class ScheduleAPI:
             await self._write(paused, current.fence, drop_candidate(paused, "dropped by pause"))
             return self.view(paused)
 
-    async def resume_schedule(self, schedule_id: str, *, caller: Scope) -> dict[str, Any]:
+    async def resume_schedule(self, schedule_id: str, *, caller: Scope) -> ScheduleView:
         """Allow admission again from the next future instant: the paused span is
         consumed, never replayed. Idempotent."""
         async with self.locks[schedule_id]:
@@ -389,7 +402,7 @@ class ScheduleAPI:
             await self._write(resumed, current.fence, [])
             return self.view(resumed)
 
-    async def delete_schedule(self, schedule_id: str, *, caller: Scope) -> dict[str, Any]:
+    async def delete_schedule(self, schedule_id: str, *, caller: Scope) -> ScheduleView:
         """Soft delete: no admission ever again; runs and occurrence history stay with
         the schedule's identity, and the id is never reused. Idempotent."""
         async with self.locks[schedule_id]:
@@ -418,8 +431,8 @@ class ScheduleAPI:
         caller: Scope,
         limit: int = 50,
         cursor: str | None = None,
-    ) -> dict[str, Any]:
-        """One page of occurrences, oldest first: ``{"occurrences": [...], "next_cursor"}``.
+    ) -> OccurrencePage:
+        """One page of occurrences, oldest first: ``occurrences`` and ``next_cursor``.
 
         On the first page a held (unadmitted) candidate is synthesized as a
         ``pending`` row at the top, within ``limit``; with ``limit=1`` the page
@@ -441,35 +454,32 @@ class ScheduleAPI:
             after = _decode_cursor(cursor)
         room = limit - len(rows)
         if room == 0:
-            return {"occurrences": rows, "next_cursor": _encode_cursor(None)}
+            return _occurrence_page(rows, _encode_cursor(None))
         stored = await self.store.list_occurrences(schedule_id, after_instant=after, limit=room + 1)
         for row in stored[:room]:
             rows.append(await self._occurrence_view(row))
         more = len(stored) > room
-        return {
-            "occurrences": rows,
-            "next_cursor": _encode_cursor(stored[room - 1].instant) if more else None,
-        }
+        return _occurrence_page(rows, _encode_cursor(stored[room - 1].instant) if more else None)
 
     async def preview_schedule(
         self, schedule_id: str, *, caller: Scope, count: int = 5
-    ) -> list[dict[str, Any]]:
+    ) -> list[PreviewInstant]:
         """The next ``count`` (1-100) instants the trigger yields after now (and after
         the watermark), as UTC and as wall time in the schedule's zone. A preview
         only: pause, overlap and misfire still apply when they come."""
         if not isinstance(count, int) or not 1 <= count <= PREVIEW_MAX:
             raise InvalidArgument(f"count must be 1-{PREVIEW_MAX}", field="count")
         schedule = await self.load(schedule_id, caller)
-        found: list[dict[str, Any]] = []
+        found: list[PreviewInstant] = []
         t = next_instant_after(schedule.trigger, max(schedule.watermark, self.clock.now()))
         while t is not None and len(found) < count:
-            found.append(instant_view(t, schedule))
+            found.append(msgspec.convert(instant_view(t, schedule), PreviewInstant))
             t = next_instant_after(schedule.trigger, t)
         return found
 
     async def trigger_schedule(
         self, schedule_id: str, *, caller: Scope, request_id: str | None = None
-    ) -> dict[str, Any]:
+    ) -> RunView:
         """Start one manual run now through the schedule's bindings and budget.
 
         It is not an occurrence: it records none, is not limited by overlap or
@@ -507,10 +517,9 @@ class ScheduleAPI:
         started, _ = await self.workflow.start_prepared(run, plan)
         return await self._triggered_view(started.run_id, schedule_id, caller)
 
-    async def _triggered_view(self, run_id: str, schedule_id: str, caller: Scope) -> dict[str, Any]:
+    async def _triggered_view(self, run_id: str, schedule_id: str, caller: Scope) -> RunView:
         view = await self.workflow.inspect_run(run_id, caller=caller)
-        view["triggered_from"] = schedule_id
-        return view
+        return msgspec.structs.replace(view, triggered_from=schedule_id)
 
     # ----------------------------------------------------------- internal
 
@@ -599,6 +608,14 @@ def schedule_view(schedule: Schedule, *, blocked: str | None = None) -> dict[str
     return view
 
 
+def _occurrence_page(rows: list[dict[str, Any]], next_cursor: str | None) -> OccurrencePage:
+    """Occurrence rows built as JSON objects (the keys the wire has always carried),
+    typed."""
+    return OccurrencePage(
+        occurrences=msgspec.convert(rows, list[OccurrenceView]), next_cursor=next_cursor
+    )
+
+
 def _view_status(schedule: Schedule, blocked: str | None) -> str:
     if schedule.deleted:
         return "deleted"
@@ -611,11 +628,11 @@ def _view_status(schedule: Schedule, blocked: str | None) -> str:
     return "active"
 
 
-def _page(views: list[dict[str, Any]], after: str | None) -> dict[str, Any]:
-    return {
-        "schedules": views,
-        "next_cursor": None if after is None else encode_cursor(_SCHEDULES, after),
-    }
+def _page(views: list[ScheduleView], after: str | None) -> SchedulePage:
+    return SchedulePage(
+        schedules=views,
+        next_cursor=None if after is None else encode_cursor(_SCHEDULES, after),
+    )
 
 
 @functools.lru_cache(maxsize=NEXT_INSTANT_CACHE_MAX)

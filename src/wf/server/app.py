@@ -9,10 +9,11 @@ configuration, a :class:`~wf.node.SchedulerNode` that owns it, the
 :class:`~wf.server.rpc.Registry` (plus ``rpc.discover``, the method listing
 generated from the registry; the registry is built from the wire contract,
 :mod:`wf.wire.contract`, and refuses to start unless every declared method
-has a handler), and an aiohttp application: aiohttp is the server's HTTP
-stack, a mature asyncio server. The worker SDK and the ``App`` client do not
-use its client side: they speak through :mod:`wf.client.http1`, a lean
-HTTP/1.1 client that costs half the CPU per call.
+has a handler), and the routes of :mod:`wf.server.http_server`, a lean
+HTTP/1.1 server on :mod:`httptools` (the C parser the worker SDK's and the
+``App`` client's :mod:`wf.client.http1` uses too): every request is one of a
+few small kinds, and the rules at the HTTP level are wf's own, so a general
+web framework's machinery would only cost CPU on every call.
 
 Authentication runs before the body is read: a bearer token
 (``Authorization: Bearer ...``) or the TLS client certificate becomes a
@@ -23,24 +24,22 @@ configured client CA.
 
 The HTTP edge (:mod:`wf.server.http_edge`, settings in ``server.http``)
 bounds connections: idle, header and body timeouts, a connection limit, the
-body size; every request it or aiohttp's parser refuses is answered with a
-JSON-RPC error object. No log line carries a credential
+body size, the header size; every request it or the parser refuses is
+answered with a JSON-RPC error object. No log line carries a credential
 (:mod:`wf.server.redaction`).
 
-``stop()`` drains: the listener closes first (no new requests), requests in
-flight finish within the grace period, then the node stops (flush, release
-ownership).
+``stop()`` drains: the listener closes first (no new requests), idle
+connections are closed, requests in flight finish within the grace period,
+then the node stops (flush, release ownership).
 """
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
-from aiohttp import web
 
 from wf.clock import Clock
 from wf.errors import Forbidden, Unauthorized, WfError
@@ -53,7 +52,8 @@ from wf.server.auth import Authenticator
 from wf.server.cluster import ClusterRole
 from wf.server.config import ServerConfig, TlsConfig
 from wf.server.console import Console
-from wf.server.http_edge import HttpEdge, bearer_token, rpc_error
+from wf.server.http_edge import HttpEdge, bearer_token
+from wf.server.http_server import HttpServer, Request, Response, Router, rpc_error
 from wf.server.logs import OutcomeLogger, RpcCallLogger
 from wf.server.metrics import ServerMetrics
 from wf.server.redaction import install_log_redaction
@@ -73,6 +73,9 @@ from wf.wire.methods import DISCOVER, WHOAMI, Identity, NoParams
 
 SHUTDOWN_GRACE_S = 10.0
 """How long in-flight requests may take after a stop was asked for."""
+
+_encoder = msgspec.json.Encoder()
+_HEALTHY = b'{"status": "ok"}'
 
 RPC_PATH = "/rpc"
 READY_PATH = "/readyz"
@@ -174,18 +177,16 @@ class WfServer:
         install_log_redaction()
         self.edge = HttpEdge(section.http)
         """Connection limit, timeouts and JSON-RPC error bodies at the HTTP level."""
-        self.app = web.Application(
-            client_max_size=section.http.request_bytes_max, middlewares=[self.edge.middleware]
-        )
-        self.app.router.add_post(RPC_PATH, self._rpc)
-        self.app.router.add_get("/healthz", self._health)
-        self.app.router.add_get(READY_PATH, self._ready)
-        self.app.router.add_get(METRICS_PATH, self._metrics)
+        self.router = Router()
+        """The HTTP routes: JSON-RPC, health, metrics, the console."""
+        self.router.add("POST", RPC_PATH, self._rpc)
+        self.router.add("GET", "/healthz", self._health)
+        self.router.add("GET", READY_PATH, self._ready)
+        self.router.add("GET", METRICS_PATH, self._metrics)
         if section.ui.enabled:  # the operator console: static files only (docs/console.md)
-            Console().install(self.app)
+            Console().install(self.router)
         self.after_start: list[Callable[[], Awaitable[None]]] = []
-        self._runner: web.AppRunner | None = None
-        self._listener: asyncio.Server | None = None
+        self._http: HttpServer | None = None
         self.port: int | None = None
         self.recovery: RecoveryReport | None = None
 
@@ -199,10 +200,10 @@ class WfServer:
     async def _cluster_status(self, params: NoParams, caller: Caller) -> ClusterStatus:
         return await self.cluster.status()
 
-    async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+    async def _health(self, request: Request) -> Response:
+        return Response(body=_HEALTHY, content_type="application/json")
 
-    async def _ready(self, request: web.Request) -> web.Response:
+    async def _ready(self, request: Request) -> Response:
         """Readiness: 200 while the node accepts writes, 503 naming the reason otherwise
         (unauthenticated, like ``/healthz``: it names states and error codes, never
         messages)."""
@@ -218,38 +219,44 @@ class WfServer:
         body.update(role=cluster.role, node_id=cluster.node_id, epoch=cluster.epoch)
         if cluster.role != "active":
             body["leader_url"] = cluster.leader_url
-        return web.json_response(body, status=200 if ready else 503)
+        return Response(
+            200 if ready else 503, _encoder.encode(body), content_type="application/json"
+        )
 
-    async def _metrics(self, request: web.Request) -> web.Response:
+    async def _metrics(self, request: Request) -> Response:
         """Prometheus exposition; needs a read role when authentication is on."""
-        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        peer = request.peercert
         try:
-            token = bearer_token(request.headers.get("Authorization"))
-            caller = self.authenticator.authenticate(token, peer or None)
+            token = bearer_token(request.headers.get("authorization"))
+            caller = self.authenticator.authenticate(token, peer)
             authorize(caller, "read", "metrics")
             if caller.tenants is not None:  # cluster-wide figures, like scheduler.queue.stats
                 raise Forbidden(
                     "metrics are cluster-wide; a tenant-scoped credential may not read them"
                 )
         except WfError as exc:
-            return web.Response(status=403 if isinstance(exc, Forbidden) else 401, text=exc.message)
-        body, content_type = self.metrics.render(request.headers.get("Accept"))
-        return web.Response(body=body, headers={"Content-Type": content_type})
+            return Response(
+                403 if isinstance(exc, Forbidden) else 401,
+                exc.message.encode(),
+                content_type="text/plain; charset=utf-8",
+            )
+        body, content_type = self.metrics.render(request.headers.get("accept"))
+        return Response(body=body, content_type=content_type)
 
-    async def _rpc(self, request: web.Request) -> web.Response:
-        peer = request.transport.get_extra_info("peercert") if request.transport else None
+    async def _rpc(self, request: Request) -> Response:
+        headers = request.headers
         try:
-            token = bearer_token(request.headers.get("Authorization"))
-            caller = self.authenticator.authenticate(token, peer or None)
+            token = bearer_token(headers.get("authorization"))
+            caller = self.authenticator.authenticate(token, request.peercert)
         except Unauthorized as exc:
             return rpc_error(401, exc)
-        # Size and time bounded; a refusal is a JSON-RPC error (the edge's middleware).
-        body = await self.edge.read_body(request)
-        with self.tracing.incoming(request.headers.get(TRACEPARENT_HEADER)):
+        # Size and time bounded; a refusal is a JSON-RPC error (the HTTP server's).
+        body = await request.read()
+        with self.tracing.incoming(headers.get(TRACEPARENT_HEADER)):
             answer = await self.dispatcher.handle(body, caller)
         if answer is None:
-            return web.Response(status=204)
-        return web.Response(body=answer, content_type="application/json")
+            return Response(204)
+        return Response(body=answer, content_type="application/json")
 
     async def start(self) -> None:
         """SQLite: recover the node, then listen. PostgreSQL: listen, then take the
@@ -304,19 +311,12 @@ class WfServer:
 
     async def _listen(self) -> None:
         section = self.config.server
-        self._runner = web.AppRunner(self.app, shutdown_timeout=SHUTDOWN_GRACE_S)
-        await self._runner.setup()
-        assert self._runner.server is not None
         tls = section.security.tls
-        # The edge listens (not an aiohttp site): its protocol carries the timeouts
-        # and the connection limit that aiohttp's own does not have.
-        self._listener = await self.edge.listen(
-            self._runner.server,
-            section.host,
-            section.port,
-            ssl_context(tls) if tls is not None else None,
+        self._http = HttpServer(self.router, self.edge)
+        listener = await self._http.listen(
+            section.host, section.port, ssl_context(tls) if tls is not None else None
         )
-        sockets = self._listener.sockets
+        sockets = listener.sockets
         self.port = int(sockets[0].getsockname()[1]) if sockets else section.port
 
     async def stop(self) -> None:
@@ -328,16 +328,12 @@ class WfServer:
         await self.cluster.stop()
         if self.schedule_service is not None:
             await self.schedule_service.stop()
-        if self._runner is not None:
+        if self._http is not None:
             # Open long polls answer at once (with whatever they hold) instead of
             # holding the drain for their full wait.
             self.scheduler.release_polls()
-            if self._listener is not None:
-                self._listener.close()
-                self._listener = None
-            self.edge.close()
-            await self._runner.cleanup()
-            self._runner = None
+            await self._http.shutdown(SHUTDOWN_GRACE_S)
+            self._http = None
         await self.engine.stop()
         await self.cluster.leaving()
         await self.node.stop()

@@ -78,6 +78,10 @@ CLOCK_CHECK_INTERVAL_S: Final = 10.0
 UNGATED_METHODS: Final = frozenset({"rpc.discover", "cluster.status"})
 WARM_PEER_FRESH_REPORTS: Final = 3
 """A warm peer counts while its last report is at most this many report intervals old."""
+STALE_AFTER_REPORTS: Final = 5
+"""``cluster.status`` lists a node ``stale`` once its last report is more than this many
+report intervals old (it reports every interval while it runs; a loaded host can miss
+one or two, so this is well above that)."""
 """What every node answers whatever its role."""
 
 
@@ -222,6 +226,7 @@ class ClusterRole:
         fence = await self.store.fence_state()
         rows = await self.store.cluster_nodes()
         seq = fence.commit_seq if fence is not None else self.commit_seq
+        stale_s = STALE_AFTER_REPORTS * self.config.report_interval_s
         return ClusterStatus(
             node_id=self.node_id,
             role=self.role,
@@ -232,7 +237,7 @@ class ClusterRole:
                 NodeView(
                     node_id=row.node_id,
                     advertise_url=row.advertise_url,
-                    role=_role(row.role),
+                    role=_role(row.role, row.seen_s_ago, stale_s),
                     epoch=row.epoch,
                     seen_s_ago=max(0.0, row.seen_s_ago),
                     lag_commits=0 if row.role == "active" else max(0, seq - row.applied_seq),
@@ -542,7 +547,13 @@ class ClusterRole:
             listener(role, self.epoch)
 
 
-def _role(text: str) -> Role:
+def _role(text: str, seen_s_ago: float, stale_s: float) -> Role:
+    """A node's listed role: the one it last reported, ``stale`` once its reports
+    stopped coming (a node that stopped cleanly said so: it stays ``stopped``)."""
+    if text == "stopped":
+        return "stopped"
+    if seen_s_ago > stale_s:
+        return "stale"
     if text in ("active", "standby", "starting", "stopping"):
         return text  # type: ignore[return-value]
     return "standby"

@@ -37,6 +37,7 @@ from wf.server.app import WfServer
 from wf.server.config import ServerConfig, ServerSection, StoreConfig
 from wf.server.rpc import ANONYMOUS_ADMIN
 from wf.server.scheduler_api import SchedulerAPI
+from wf.wire.run_views import RunView
 from wf.worker import ActivityDefinition, Worker
 
 P = ParamSpec("P")
@@ -128,7 +129,7 @@ class LocalApi:
     resume_run = _AsAdmin(App.resume_run)
     cancel_run = _AsAdmin(App.cancel_run)
 
-    async def wait_for_run(self, run_id: str, timeout: float | None = None) -> dict[str, Any]:  # noqa: ASYNC109
+    async def wait_for_run(self, run_id: str, timeout: float | None = None) -> RunView:  # noqa: ASYNC109
         """Wait until a run stops, as :meth:`App.wait_for_run <wf.client.app.App.wait_for_run>`."""
         return await wait_for_run(self.inspect_run, run_id, timeout)
 

@@ -22,8 +22,11 @@ in the same command still names it.
 
 :func:`configure_logging` installs one handler on the root logger from
 ``server.observability`` (``log_format`` ``json`` or ``text``,
-``log_level``). aiohttp's per-request access log is kept at ``warning``
-unless the level is ``debug``: ``rpc.call`` lines already cover each call.
+``log_level``). The per-request access log (``wf.http.access``, see
+:mod:`wf.server.http_server`) is written at ``debug`` only, and aiohttp's
+(for an application embedding the server beside aiohttp) is kept at
+``warning`` unless the level is ``debug``: ``rpc.call`` lines already cover
+each call.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ error; :data:`EXIT_WRITES_STOPPED` (3) the store stopped taking writes and
 the server did not write again, either for ``server.store.recovery_deadline_s``
 (it exits by itself) or before it was told to stop: a supervisor should
 start it afresh (nothing acknowledged was lost; what was refused was never
-acknowledged).
+acknowledged). A cluster standby refuses writes by its role, not by a failure:
+it stops with 0.
 """
 
 from __future__ import annotations
@@ -253,7 +254,11 @@ async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False)
     finally:
         # Writes stopped and not resumed: state since the last commit was refused, so
         # the exit says so (the drain below cannot change that).
-        writes_stopped = server.node.writes_stopped
+        # A cluster standby refuses writes by role, not because a commit failed: it
+        # stops cleanly (it campaigns again by itself when restarted).
+        writes_stopped = server.node.writes_stopped and not (
+            cluster.clustered and cluster.role != "active"
+        )
         # Scheduled runs drain first, while the in-process workers can still finish
         # them; then the workers drain, then the server.
         if server.schedule_service is not None:

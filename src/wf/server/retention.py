@@ -29,7 +29,7 @@ from wf.errors import CorruptRecord
 from wf.runtime.runs import node_of_activity, run_from_row
 from wf.server.config import RetentionConfig
 from wf.server.periodic import Periodic
-from wf.store.catalog import DrivenCatalog
+from wf.store.driven_catalog import DrivenCatalog
 from wf.store.protocol import RunRow
 from wf.store.retention import PruneCounts
 

@@ -164,8 +164,8 @@ async def install_sample(server: WfServer, *, delay_s: float = ONESHOT_DELAY_S) 
         page = await schedules.list_schedules(
             caller=ANONYMOUS_ADMIN, include_deleted=True, limit=100, cursor=cursor
         )
-        used.update(s["schedule_id"] for s in page["schedules"])
-        cursor = page["next_cursor"]
+        used.update(s.schedule_id for s in page.schedules)
+        cursor = page.next_cursor
         if cursor is None:
             break
     cron_id = CRON_SCHEDULE_ID
@@ -180,7 +180,7 @@ async def install_sample(server: WfServer, *, delay_s: float = ONESHOT_DELAY_S) 
         created.append(f"schedule {cron_id}")
     else:
         cron = await schedules.get_schedule(cron_id, caller=ANONYMOUS_ADMIN)
-        if cron.get("deleted"):
+        if cron.deleted:
             cron_id = ""
         else:
             existing.append(f"schedule {cron_id}")

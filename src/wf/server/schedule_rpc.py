@@ -10,12 +10,12 @@ a handler to each. On a server without schedules every method answers
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from wf.errors import Conflict
 from wf.schedules.api import ScheduleAPI
 from wf.server.rpc import Caller, Registry
 from wf.wire import schedule_methods as declared
+from wf.wire.run_views import RunView
 from wf.wire.schedule_methods import (
     CreateScheduleParams,
     ListSchedulesParams,
@@ -26,6 +26,7 @@ from wf.wire.schedule_methods import (
     TriggerScheduleParams,
     UpdateScheduleParams,
 )
+from wf.wire.schedule_views import OccurrencePage, PreviewInstant, SchedulePage, ScheduleView
 
 
 def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry: Registry) -> None:
@@ -41,7 +42,7 @@ def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry
             )
         return found
 
-    async def create(p: CreateScheduleParams, c: Caller) -> dict[str, Any]:
+    async def create(p: CreateScheduleParams, c: Caller) -> ScheduleView:
         return await api().create_schedule(
             p.schedule_id,
             p.deployment_id,
@@ -56,10 +57,10 @@ def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry
             misfire_lateness_s=p.misfire_lateness_s,
         )
 
-    async def get(p: ScheduleIdParams, c: Caller) -> dict[str, Any]:
+    async def get(p: ScheduleIdParams, c: Caller) -> ScheduleView:
         return await api().get_schedule(p.schedule_id, caller=c)
 
-    async def list_(p: ListSchedulesParams, c: Caller) -> dict[str, Any]:
+    async def list_(p: ListSchedulesParams, c: Caller) -> SchedulePage:
         return await api().list_schedules(
             caller=c,
             include_deleted=p.include_deleted,
@@ -68,7 +69,7 @@ def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry
             status=p.status,
         )
 
-    async def update(p: UpdateScheduleParams, c: Caller) -> dict[str, Any]:
+    async def update(p: UpdateScheduleParams, c: Caller) -> ScheduleView:
         return await api().update_schedule(
             p.schedule_id,
             p.expected_revision,
@@ -84,24 +85,24 @@ def register_schedule_methods(api_of: Callable[[], ScheduleAPI | None], registry
             misfire_lateness_s=p.misfire_lateness_s,
         )
 
-    async def pause(p: PauseScheduleParams, c: Caller) -> dict[str, Any]:
+    async def pause(p: PauseScheduleParams, c: Caller) -> ScheduleView:
         return await api().pause_schedule(p.schedule_id, caller=c, reason=p.reason)
 
-    async def resume(p: ScheduleIdParams, c: Caller) -> dict[str, Any]:
+    async def resume(p: ScheduleIdParams, c: Caller) -> ScheduleView:
         return await api().resume_schedule(p.schedule_id, caller=c)
 
-    async def delete(p: ScheduleIdParams, c: Caller) -> dict[str, Any]:
+    async def delete(p: ScheduleIdParams, c: Caller) -> ScheduleView:
         return await api().delete_schedule(p.schedule_id, caller=c)
 
-    async def occurrences(p: OccurrencesParams, c: Caller) -> dict[str, Any]:
+    async def occurrences(p: OccurrencesParams, c: Caller) -> OccurrencePage:
         return await api().list_schedule_occurrences(
             p.schedule_id, caller=c, limit=p.limit, cursor=p.cursor
         )
 
-    async def preview(p: PreviewParams, c: Caller) -> list[dict[str, Any]]:
+    async def preview(p: PreviewParams, c: Caller) -> list[PreviewInstant]:
         return await api().preview_schedule(p.schedule_id, caller=c, count=p.count)
 
-    async def trigger(p: TriggerScheduleParams, c: Caller) -> dict[str, Any]:
+    async def trigger(p: TriggerScheduleParams, c: Caller) -> RunView:
         return await api().trigger_schedule(p.schedule_id, caller=c, request_id=p.request_id)
 
     handle = registry.handle

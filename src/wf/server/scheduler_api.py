@@ -21,7 +21,10 @@ list, which the next heartbeat or poll delivers. Every poll ends by
 withdrawing whatever demand it did not use (``CancelPoll``), so work is only
 ever granted to a worker that is actually waiting; it returns whatever was
 filed in the meantime, so no grant is stranded, and one never collected
-expires like any other lease.
+expires like any other lease. A completion or failure may carry the worker's
+next poll (``poll``): the report and a ``Poll`` that does not wait run back to
+back and share one commit (:meth:`SchedulerAPI._report`), and the answer takes
+the mailbox as a poll does.
 
 Failover. A worker that registers again (its server failed over or restarted)
 lists the leases it holds (``held``); the core keeps those with a fresh grace
@@ -84,7 +87,7 @@ from typing import Any, Final
 
 import msgspec
 
-from wf.errors import AlreadyExists, Forbidden, InvalidArgument, NotFound, StaleLease
+from wf.errors import AlreadyExists, Forbidden, InvalidArgument, NotFound, StaleLease, WfError
 from wf.node import SchedulerNode
 from wf.runtime.runs import node_of_activity
 from wf.scheduler import commands as cmd
@@ -105,6 +108,7 @@ from wf.scheduler.outputs import (
     WorkerRemoved,
 )
 from wf.server.dispatch_stats import dispatch_stats
+from wf.server.http_server import cancel_on_disconnect
 from wf.server.rpc import Caller, Registry
 from wf.tenancy import require_namespace
 from wf.wire import scheduler_methods as declared
@@ -136,6 +140,8 @@ from wf.wire.scheduler_methods import (
     RegisterResult,
     RegisterWorkerParams,
     RenewParams,
+    ReportPoll,
+    ReportResult,
     SubmitParams,
     TransitionPage,
     WorkerIdParams,
@@ -178,6 +184,8 @@ class SchedulerAPI:
         """Revocations not yet delivered, by worker."""
         self._arrived: dict[str, asyncio.Event] = {}
         """Set when something is filed for a worker; created by its first poll."""
+        self._polling: dict[str, int] = {}
+        """Long polls under way, by worker (only while they are: bounded by the calls)."""
         self._draining = False
         node.listeners.append(self._route)
         self.trace_context: Callable[[LeaseGranted], str | None] | None = None
@@ -374,6 +382,22 @@ class SchedulerAPI:
             raise InvalidArgument(f"wait_s must be 0..{POLL_WAIT_MAX_S}", field="wait_s")
         if self._mailbox.get(worker_id) or self._revoked.get(worker_id):
             return self._take(worker_id, max_items)
+        # Counted while under way: a report's poll (complete/fail with ``poll``) then
+        # leaves this poll's demand and grants alone.
+        self._polling[worker_id] = self._polling.get(worker_id, 0) + 1
+        try:
+            return await self._long_poll(worker_id, max_items, wait_s, start)
+        finally:
+            left = self._polling[worker_id] - 1
+            if left:
+                self._polling[worker_id] = left
+            else:
+                del self._polling[worker_id]
+
+    async def _long_poll(
+        self, worker_id: str, max_items: int, wait_s: float, start: int
+    ) -> PollResult:
+        """:meth:`poll` once nothing was waiting in the mailbox."""
         arrived = self._arrived.get(worker_id)
         if arrived is not None:
             arrived.clear()
@@ -393,6 +417,9 @@ class SchedulerAPI:
             and wait_s > 0
             and not self._draining
         ):
+            # A worker that hangs up stops this wait at once (over HTTP); what it
+            # did not take stays in the mailbox for its next poll.
+            cancel_on_disconnect()
             # asyncio.timeout, not wait_for: no extra task per poll, and a grant
             # wakes the poll in one step instead of three.
             with contextlib.suppress(TimeoutError):
@@ -470,22 +497,28 @@ class SchedulerAPI:
         caller: Caller,
         *,
         unreported_start: bool = False,
-    ) -> None:
-        """Record the result (fenced by ``token``); ``unreported_start``: the start too.
+        poll: ReportPoll | None = None,
+    ) -> ReportResult:
+        """Record the result (fenced by ``token``); ``unreported_start``: the start too;
+        ``poll``: and poll without waiting, in the same commit (:meth:`_report`).
 
         The result must be empty or one UTF-8 JSON document within
         :mod:`wf.wire.bounds` (the run engine decodes it): checked here, for wire
         and in-process callers alike, before anything is stored."""
         check_json_bytes(result, "result")
         self._check_lease(caller, activity_id)
-        await self.node.execute(
+        return await self._report(
             lambda now: cmd.Complete(
                 now=now,
                 activity_id=activity_id,
                 token=token,
                 result=result,
                 unreported_start=unreported_start,
-            )
+            ),
+            activity_id,
+            token,
+            poll,
+            caller,
         )
 
     async def fail_activity(
@@ -499,8 +532,10 @@ class SchedulerAPI:
         *,
         unreported_start: bool = False,
         stack_trace: str = "",
-    ) -> None:
-        """Record a failed attempt (fenced by ``token``); ``unreported_start``: the start too.
+        poll: ReportPoll | None = None,
+    ) -> ReportResult:
+        """Record a failed attempt (fenced by ``token``); ``unreported_start``: the start
+        too; ``poll``: as for :meth:`complete_activity`.
 
         ``stack_trace`` (free text within :mod:`wf.wire.bounds`) is kept with the
         attempt's record and shown by ``runs.inspect``."""
@@ -508,7 +543,7 @@ class SchedulerAPI:
         check_text(message, "message")
         check_text(stack_trace, "stack_trace")
         self._check_lease(caller, activity_id)
-        await self.node.execute(
+        return await self._report(
             lambda now: cmd.Fail(
                 now=now,
                 activity_id=activity_id,
@@ -518,8 +553,79 @@ class SchedulerAPI:
                 retryable=retryable,
                 unreported_start=unreported_start,
                 stack_trace=stack_trace,
-            )
+            ),
+            activity_id,
+            token,
+            poll,
+            caller,
         )
+
+    async def _report(
+        self,
+        make: Callable[[float], cmd.Command],
+        activity_id: str,
+        token: int,
+        poll: ReportPoll | None,
+        caller: Caller,
+    ) -> ReportResult:
+        """Run a completion or failure, and with ``poll`` the lease holder's next poll
+        right behind it, so both land in one commit (:meth:`SchedulerNode.execute_then`).
+
+        The poll never waits: it takes what its own command granted, or what was
+        already in the mailbox, as :meth:`poll` would, revocations included, and its
+        unused demand is withdrawn (``CancelPoll``). While a long poll of the worker
+        is under way (or the server drains) the report goes alone and the answer's
+        ``leases`` are empty: that poll's demand and grants are left to it.
+        """
+        if poll is None:
+            await self.node.execute(make)
+            return _REPORTED
+        worker_id = poll.worker_id
+        items_max = self.node.config.poll_items_max
+        if not 1 <= poll.max_items <= items_max:
+            raise InvalidArgument(f"poll.max_items must be 1..{items_max}", field="poll.max_items")
+        if not 0 <= poll.start <= poll.max_items:
+            raise InvalidArgument(
+                f"poll.start must be 0..poll.max_items ({poll.max_items})", field="poll.start"
+            )
+        self._check_worker(caller, worker_id)
+        holder = self.reads.lease_holder(activity_id)
+        attempt = self.reads.attempt(activity_id)
+        if (
+            holder is not None
+            and holder != worker_id
+            and attempt is not None
+            and attempt[1] == token
+        ):
+            # (A stale token is left to the report's own refusal: stale_lease.)
+            raise InvalidArgument(
+                f"poll.worker_id {worker_id!r} does not hold the lease of {activity_id!r}",
+                field="poll.worker_id",
+                activity_id=activity_id,
+                worker_id=worker_id,
+            )
+        if self._polling.get(worker_id) or self._draining:
+            await self.node.execute(make)
+            return ReportResult(ok=True, leases=[])
+        if self._mailbox.get(worker_id) or self._revoked.get(worker_id):
+            # As poll: what waits is answered first, with no new demand.
+            await self.node.execute(make)
+            return _as_report(self._take(worker_id, poll.max_items))
+        _, polled = await self.node.execute_then(
+            make,
+            lambda now: cmd.Poll(
+                now=now, worker_id=worker_id, max_items=poll.max_items, start=poll.start
+            ),
+        )
+        if self._polling.get(worker_id):
+            return ReportResult(ok=True, leases=[])  # a long poll came meanwhile: its own
+        if isinstance(polled, WfError):
+            # The worker may not poll (draining, lost): the report stands; grants kept
+            # for it stay in the mailbox, revocations go with this answer.
+            return _as_report(self._take(worker_id, 0))
+        if self.reads.worker_demand(worker_id):
+            await self.node.execute(lambda now: cmd.CancelPoll(now=now, worker_id=worker_id))
+        return _as_report(self._take(worker_id, poll.max_items))
 
     # ------------------------------------------------------------ admin calls
 
@@ -733,14 +839,18 @@ class SchedulerAPI:
         async def details(p: FencedParams, c: Caller) -> dict[str, bytes | None]:
             return {"details": await self.lease_details(p.activity_id, p.token, c)}
 
-        async def complete(p: CompleteParams, c: Caller) -> dict[str, bool]:
-            await self.complete_activity(
-                p.activity_id, p.token, p.result, c, unreported_start=p.unreported_start
+        async def complete(p: CompleteParams, c: Caller) -> ReportResult:
+            return await self.complete_activity(
+                p.activity_id,
+                p.token,
+                p.result,
+                c,
+                unreported_start=p.unreported_start,
+                poll=p.poll,
             )
-            return {"ok": True}
 
-        async def fail(p: FailParams, c: Caller) -> dict[str, bool]:
-            await self.fail_activity(
+        async def fail(p: FailParams, c: Caller) -> ReportResult:
+            return await self.fail_activity(
                 p.activity_id,
                 p.token,
                 p.error_type,
@@ -749,8 +859,8 @@ class SchedulerAPI:
                 c,
                 unreported_start=p.unreported_start,
                 stack_trace=p.stack_trace,
+                poll=p.poll,
             )
-            return {"ok": True}
 
         async def submit(p: SubmitParams, c: Caller) -> dict[str, list[str]]:
             return {"activity_ids": await self._submit(as_core(p.activities), c)}
@@ -792,6 +902,16 @@ class SchedulerAPI:
             return await self.dispatch_stats(c)
 
         handle(declared.DISPATCH_STATS, dispatch)
+
+
+_REPORTED: Final = ReportResult(ok=True)
+"""The answer of a report without ``poll``: ``{"ok": true}``, as before it existed."""
+
+
+def _as_report(taken: PollResult) -> ReportResult:
+    return ReportResult(
+        ok=True, leases=taken.leases, revoked=taken.revoked, traceparents=taken.traceparents
+    )
 
 
 def _submit_command(batch: tuple[Activity, ...], now: float) -> cmd.Submit:

@@ -7,11 +7,10 @@ travel as plain JSON objects); this module attaches a handler to each.
 
 from __future__ import annotations
 
-from typing import Any
-
 from wf.runtime.api import WorkflowAPI
 from wf.server.rpc import Caller, Registry
 from wf.wire import workflow_methods as declared
+from wf.wire.run_views import RunPage, RunView
 from wf.wire.workflow import Artifact, ArtifactPage, Deployment, DeploymentPage
 from wf.wire.workflow_methods import (
     CancelRunParams,
@@ -52,13 +51,13 @@ def register_workflow_methods(api: WorkflowAPI, registry: Registry) -> None:
     async def list_dep(p: ListDeploymentsParams, c: Caller) -> DeploymentPage:
         return await api.list_deployments(caller=c, limit=p.limit, cursor=p.cursor)
 
-    async def start_run(p: StartRunParams, c: Caller) -> dict[str, Any]:
+    async def start_run(p: StartRunParams, c: Caller) -> RunView:
         return await api.start_run(p.deployment_id, p.inputs, caller=c, request_id=p.request_id)
 
-    async def inspect_run(p: RunIdParams, c: Caller) -> dict[str, Any]:
+    async def inspect_run(p: RunIdParams, c: Caller) -> RunView:
         return await api.inspect_run(p.run_id, caller=c)
 
-    async def list_runs(p: ListRunsParams, c: Caller) -> dict[str, Any]:
+    async def list_runs(p: ListRunsParams, c: Caller) -> RunPage:
         return await api.list_runs(
             caller=c,
             deployment_id=p.deployment_id,
@@ -74,10 +73,10 @@ def register_workflow_methods(api: WorkflowAPI, registry: Registry) -> None:
     async def count_runs(p: CountRunsParams, c: Caller) -> RunCounts:
         return await api.count_runs(p.window_s, caller=c)
 
-    async def resume_run(p: ResumeRunParams, c: Caller) -> dict[str, Any]:
+    async def resume_run(p: ResumeRunParams, c: Caller) -> RunView:
         return await api.resume_run(p.run_id, p.answer, p.node_id, caller=c)
 
-    async def cancel_run(p: CancelRunParams, c: Caller) -> dict[str, Any]:
+    async def cancel_run(p: CancelRunParams, c: Caller) -> RunView:
         return await api.cancel_run(p.run_id, p.reason, caller=c)
 
     handle = registry.handle

@@ -115,7 +115,7 @@ from wf.store import check as checks
 from wf.store import codec, postgres_schema
 from wf.store import postgres_cluster as cluster
 from wf.store import postgres_follow as follow
-from wf.store.catalog import DrivenCatalog
+from wf.store.driven_catalog import DrivenCatalog
 from wf.store.postgres_load import IDS_PER_QUERY_MAX, Conn, check_store, load_state
 from wf.store.postgres_schema import lock_key
 from wf.store.postgres_schema import migration_lock_key as migration_lock_key
@@ -345,9 +345,23 @@ class PostgresStore(DrivenCatalog):
             await self._writer
             self._writer = None
         await self.release_ownership()
+        await self._report_stopped()
         await self._stop_pinger()
         await self._discard_connections()
         self._state = "closed"
+
+    async def _report_stopped(self) -> None:
+        """A cluster node's last report as it closes, its ownership released: it
+        stopped cleanly (``cluster.status`` lists it ``stopped``, not ``stopping``).
+        Best effort: a store out of reach now leaves the row to go stale."""
+        if self.identity is None:
+            return
+        try:
+            async with self._pool.connection(timeout=CLUSTER_READ_TIMEOUT_S) as conn:
+                with _cut_after(conn, CLUSTER_READ_TIMEOUT_S):
+                    await cluster.mark_stopped(conn, self.identity[0])
+        except (psycopg.Error, psycopg_pool.PoolTimeout, OSError):
+            pass  # closing goes on: the row goes stale, as a vanished node's does
 
     async def _discard_connections(self) -> None:
         if self._wconn is not None:

@@ -31,6 +31,8 @@ SELECT node_id, advertise_url, role, epoch, applied_seq,
 FROM cluster_nodes
 WHERE seen_at > now() - make_interval(secs => %s)
 ORDER BY (role = 'active') DESC, node_id"""
+_MARK_STOPPED: Final = """
+UPDATE cluster_nodes SET role = 'stopped', seen_at = now() WHERE node_id = %s"""
 _FORGET: Final = "DELETE FROM cluster_nodes WHERE seen_at < now() - make_interval(secs => %s)"
 _DB_CLOCK: Final = "SELECT EXTRACT(EPOCH FROM clock_timestamp())::double precision"
 _END_STUCK_OWNER: Final = """
@@ -115,6 +117,11 @@ async def report(conn: Conn, node: NodeReport) -> None:
         },
     )
     await conn.execute(_FORGET, [NODES_FORGOTTEN_AFTER_S])
+
+
+async def mark_stopped(conn: Conn, node_id: str) -> None:
+    """Record that ``node_id`` stopped cleanly (its last word: it reports no more)."""
+    await conn.execute(_MARK_STOPPED, [node_id])
 
 
 async def nodes(conn: Conn) -> list[NodeRow]:

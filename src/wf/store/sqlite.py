@@ -114,7 +114,7 @@ from wf.scheduler.outputs import Record
 from wf.store import check as checks
 from wf.store import codec
 from wf.store import sqlite_files as files
-from wf.store.catalog import DrivenCatalog
+from wf.store.driven_catalog import DrivenCatalog
 from wf.store.lock import FileOwnershipLock
 from wf.store.protocol import Diagnostic, OwnerInfo, StoredState
 from wf.store.query import Body, Query, Result, finish, first, sql_of

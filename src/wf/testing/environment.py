@@ -53,6 +53,8 @@ from wf.schedules.service import ScheduleService
 from wf.server.local import LocalApi, LocalStaticServer, build_local_static_workflow_server
 from wf.testing.clock import DEFAULT_START, VirtualClock
 from wf.testing.timeskip import TimeSkipper
+from wf.wire.run_views import RunView
+from wf.wire.schedule_views import OccurrenceView
 from wf.wire.workflow import Plan
 from wf.worker import ActivityDefinition
 
@@ -288,10 +290,9 @@ class WorkflowEnvironment:
     async def start_run(self, deployment_id: str, inputs: Mapping[str, Any] | None = None) -> str:
         """Start a run of ``deployment_id``; returns its run id (time stands still)."""
         view = await self.api.start_run(deployment_id, None if inputs is None else dict(inputs))
-        run_id: str = view["run_id"]
-        return run_id
+        return view.run_id
 
-    async def wait_for_run(self, run_id: str, *, within_s: float | None = None) -> dict[str, Any]:
+    async def wait_for_run(self, run_id: str, *, within_s: float | None = None) -> RunView:
         """Skip time until the run stops; returns its view (as ``inspect_run``).
 
         A run stops when it is final or ``interrupted`` (waiting for an answer,
@@ -306,7 +307,7 @@ class WorkflowEnvironment:
         while True:
             await skip.settle()
             view = await self.api.inspect_run(run_id)
-            status = view.get("status")
+            status = view.status
             if status in STOPPED_RUN_STATUSES:
                 return view
             due = skip.next_due()
@@ -327,22 +328,22 @@ class WorkflowEnvironment:
         inputs: Mapping[str, Any] | None = None,
         *,
         within_s: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunView:
         """Start a run and skip time until it stops (:meth:`wait_for_run`); returns
         its view: ``status``, ``output``, ``trace``, ``started_at`` ..."""
         return await self.wait_for_run(
             await self.start_run(deployment_id, inputs), within_s=within_s
         )
 
-    async def occurrences(self, schedule_id: str) -> list[dict[str, Any]]:
+    async def occurrences(self, schedule_id: str) -> list[OccurrenceView]:
         """Every recorded occurrence of a schedule, oldest first (all pages)."""
-        found: list[dict[str, Any]] = []
+        found: list[OccurrenceView] = []
         cursor: str | None = None
         while True:
             page = await self.api.schedules.list_schedule_occurrences(
                 schedule_id=schedule_id, limit=100, cursor=cursor
             )
-            found += page["occurrences"]
-            cursor = page["next_cursor"]
+            found += page.occurrences
+            cursor = page.next_cursor
             if cursor is None:
                 return found

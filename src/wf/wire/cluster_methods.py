@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-import msgspec
-
 from wf.wire.methods import MethodSpec, NoParams
+from wf.wire.views import View
 
-Role = Literal["active", "standby", "starting", "stopping"]
+Role = Literal["active", "standby", "starting", "stopping", "stopped", "stale"]
 """A node's role: ``active`` owns the store and serves; a ``standby`` campaigns for
-ownership and answers ``not_leader``; ``starting`` and ``stopping`` are transient."""
+ownership and answers ``not_leader``; ``starting`` and ``stopping`` are transient.
+Only in :attr:`ClusterStatus.nodes`: ``stopped``, a node that shut down cleanly, and
+``stale``, one whose reports stopped coming without that (killed, frozen, cut off)."""
 
 
-class NodeView(msgspec.Struct, frozen=True, kw_only=True):
+class NodeView(View, frozen=True, kw_only=True):
     """One node as the cluster table records it."""
 
     node_id: str
@@ -35,7 +36,7 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     """How many commits its warm copy is behind the fence (0 on the active)."""
 
 
-class ClusterStatus(msgspec.Struct, frozen=True, kw_only=True):
+class ClusterStatus(View, frozen=True, kw_only=True):
     """``cluster.status``: the answering node's view of the cluster."""
 
     node_id: str

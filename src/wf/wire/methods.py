@@ -28,6 +28,8 @@ from typing import Any, Final, Generic, Literal, TypeVar
 
 import msgspec
 
+from wf.wire.views import View
+
 Access = Literal["worker", "read", "operate", "admin"]
 """What a method needs: a worker credential, or an admin role at this level."""
 
@@ -66,7 +68,7 @@ class NoParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Methods without parameters."""
 
 
-class MethodInfo(msgspec.Struct, frozen=True, kw_only=True):
+class MethodInfo(View, frozen=True, kw_only=True):
     """One entry of the compact method listing (``Registry.describe``; ``rpc.discover``
     answers an OpenRPC document)."""
 
@@ -92,7 +94,7 @@ DISCOVER: Final = MethodSpec(
 (https://spec.open-rpc.org; built by ``wf.server.openrpc``)."""
 
 
-class Identity(msgspec.Struct, frozen=True, kw_only=True):
+class Identity(View, frozen=True, kw_only=True):
     """The caller as the server authenticated it (``rpc.whoami``)."""
 
     identity: str

@@ -17,6 +17,13 @@ import msgspec
 from wf.wire.bounds import I64, Cursor, Id, Name, Seconds, Text, check_json_value
 from wf.wire.methods import MethodSpec
 from wf.wire.paging import PAGE_LIMIT_DEFAULT, Limit
+from wf.wire.run_views import RunView
+from wf.wire.schedule_views import (
+    OccurrencePage,
+    PreviewInstant,
+    SchedulePage,
+    ScheduleView,
+)
 
 
 class _Params(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -155,7 +162,7 @@ CREATE_SCHEDULE: Final = MethodSpec(
     name="workflow.schedules.create",
     python_name="create_schedule",
     params=CreateScheduleParams,
-    result=dict[str, Any],
+    result=ScheduleView,
     access="operate",
     summary="Create a deployment schedule (caller-chosen id).",
 )
@@ -163,7 +170,7 @@ GET_SCHEDULE: Final = MethodSpec(
     name="workflow.schedules.get",
     python_name="get_schedule",
     params=ScheduleIdParams,
-    result=dict[str, Any],
+    result=ScheduleView,
     access="read",
     summary="A schedule's definition, state and counters.",
 )
@@ -171,7 +178,7 @@ LIST_SCHEDULES: Final = MethodSpec(
     name="workflow.schedules.list",
     python_name="list_schedules",
     params=ListSchedulesParams,
-    result=dict[str, Any],
+    result=SchedulePage,
     access="read",
     summary="A page of schedules by id (deleted only when asked).",
 )
@@ -179,7 +186,7 @@ UPDATE_SCHEDULE: Final = MethodSpec(
     name="workflow.schedules.update",
     python_name="update_schedule",
     params=UpdateScheduleParams,
-    result=dict[str, Any],
+    result=ScheduleView,
     access="operate",
     summary="Change the given fields at expected_revision.",
 )
@@ -187,7 +194,7 @@ PAUSE_SCHEDULE: Final = MethodSpec(
     name="workflow.schedules.pause",
     python_name="pause_schedule",
     params=PauseScheduleParams,
-    result=dict[str, Any],
+    result=ScheduleView,
     access="operate",
     summary="Stop future admission (idempotent).",
 )
@@ -195,7 +202,7 @@ RESUME_SCHEDULE: Final = MethodSpec(
     name="workflow.schedules.resume",
     python_name="resume_schedule",
     params=ScheduleIdParams,
-    result=dict[str, Any],
+    result=ScheduleView,
     access="operate",
     summary="Admit again from the next future instant (idempotent).",
 )
@@ -203,7 +210,7 @@ DELETE_SCHEDULE: Final = MethodSpec(
     name="workflow.schedules.delete",
     python_name="delete_schedule",
     params=ScheduleIdParams,
-    result=dict[str, Any],
+    result=ScheduleView,
     access="operate",
     summary="Soft delete: no admission; history stays.",
 )
@@ -211,7 +218,7 @@ LIST_OCCURRENCES: Final = MethodSpec(
     name="workflow.schedules.occurrences.list",
     python_name="list_schedule_occurrences",
     params=OccurrencesParams,
-    result=dict[str, Any],
+    result=OccurrencePage,
     access="read",
     summary="A page of occurrences, oldest first, pending synthesized.",
 )
@@ -219,7 +226,7 @@ PREVIEW_SCHEDULE: Final = MethodSpec(
     name="workflow.schedules.preview",
     python_name="preview_schedule",
     params=PreviewParams,
-    result=list[dict[str, Any]],
+    result=list[PreviewInstant],
     access="read",
     summary="The next instants the trigger yields.",
 )
@@ -227,7 +234,7 @@ TRIGGER_SCHEDULE: Final = MethodSpec(
     name="workflow.schedules.trigger",
     python_name="trigger_schedule",
     params=TriggerScheduleParams,
-    result=dict[str, Any],
+    result=RunView,
     access="operate",
     summary="Start one manual run through the schedule's bindings now.",
 )

@@ -29,6 +29,7 @@ from wf.wire.bounds import (
 from wf.wire.methods import MethodSpec, NoParams
 from wf.wire.paging import PAGE_LIMIT_DEFAULT, Limit
 from wf.wire.scheduler import WireActivity
+from wf.wire.views import View
 
 SUBMIT_BATCH_MAX: Final = 10_000
 """Most activities one ``scheduler.activities.submit`` call may carry."""
@@ -103,8 +104,28 @@ class RenewParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     attempt (``scheduler.leases.details``)."""
 
 
-class CompleteParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``scheduler.leases.complete``."""
+class ReportPoll(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``poll`` of ``scheduler.leases.complete`` and ``scheduler.leases.fail``: "and
+    give me up to ``max_items`` more leases now, without waiting".
+
+    The server handles the report, then at once a poll of ``worker_id`` (which must
+    hold the reported lease), so both land in one commit; the answer carries the
+    grants (``leases``, empty when none was ready) and pending revocations as a poll's
+    would. Demand left unused is withdrawn, as at the end of a poll."""
+
+    worker_id: Id
+    """The lease holder (a mismatch is refused as ``invalid_argument``)."""
+    max_items: PositiveCount = 1
+    """As :attr:`PollParams.max_items`."""
+    start: Count = 0
+    """As :attr:`PollParams.start`: how many of the grants the worker begins on receipt."""
+
+
+class CompleteParams(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """``scheduler.leases.complete`` (defaults are not sent: a report without ``poll``
+    reads as it did before ``poll`` existed, so older servers take it)."""
 
     activity_id: Id
     token: NonNegI64
@@ -113,9 +134,14 @@ class CompleteParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     unreported_start: bool = False
     """The worker began without reporting the start (only for a grant with
     ``may_restart``): the start is recorded with the result, in one commit."""
+    poll: ReportPoll | None = None
+    """Also a poll without waiting, in the same commit (see :class:`ReportPoll`);
+    ``None`` (and servers before it): the completion alone."""
 
 
-class FailParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class FailParams(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """``scheduler.leases.fail``."""
 
     activity_id: Id
@@ -128,6 +154,8 @@ class FailParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     stack_trace: Text = ""
     """The failure's formatted stack trace (at most 16,384 characters: the worker SDK
     trims longer ones in the middle); kept with the attempt's record."""
+    poll: ReportPoll | None = None
+    """As for ``scheduler.leases.complete``."""
 
 
 class SubmitParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -172,7 +200,7 @@ class ListWorkersParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 # ------------------------------------------------------------------ results
 
 
-class PollResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class PollResult(View, frozen=True, kw_only=True, omit_defaults=True):
     """Leases for the worker, and revocations it must act on."""
 
     leases: list[LeaseGranted]
@@ -181,7 +209,22 @@ class PollResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Lease id -> W3C ``traceparent`` of its lease span (only when tracing is on)."""
 
 
-class RegisterResult(msgspec.Struct, frozen=True, kw_only=True):
+class ReportResult(View, frozen=True, kw_only=True, omit_defaults=True):
+    """The answer of ``scheduler.leases.complete`` and ``scheduler.leases.fail``:
+    ``{"ok": true}``, and with a ``poll``, what that poll took."""
+
+    ok: bool
+    """Always true: the report was recorded."""
+    leases: list[LeaseGranted] | None = None
+    """With a ``poll``: the grants (possibly none), as :attr:`PollResult.leases`;
+    ``None`` (not sent) without one."""
+    revoked: list[LeaseRevoked] = msgspec.field(default_factory=list)
+    """With a ``poll``: revocations the worker must act on, as a poll delivers them."""
+    traceparents: dict[str, str] = msgspec.field(default_factory=dict)
+    """As :attr:`PollResult.traceparents`."""
+
+
+class RegisterResult(View, frozen=True, kw_only=True):
     """What a worker needs to know after registering."""
 
     worker_id: str
@@ -189,7 +232,7 @@ class RegisterResult(msgspec.Struct, frozen=True, kw_only=True):
     heartbeat_misses_max: int
 
 
-class ActivityView(msgspec.Struct, frozen=True, kw_only=True):
+class ActivityView(View, frozen=True, kw_only=True):
     """An activity as admin reads show it."""
 
     activity: Activity | None
@@ -198,7 +241,7 @@ class ActivityView(msgspec.Struct, frozen=True, kw_only=True):
     """Its terminal state, when finished and still remembered."""
 
 
-class WorkerView(msgspec.Struct, frozen=True, kw_only=True):
+class WorkerView(View, frozen=True, kw_only=True):
     """A worker as admin reads show it."""
 
     info: WorkerInfo
@@ -209,7 +252,7 @@ class WorkerView(msgspec.Struct, frozen=True, kw_only=True):
     stats: HeartbeatStats
 
 
-class WorkerPage(msgspec.Struct, frozen=True, kw_only=True):
+class WorkerPage(View, frozen=True, kw_only=True):
     """One page of ``list_workers``."""
 
     workers: list[WorkerView]
@@ -218,7 +261,7 @@ class WorkerPage(msgspec.Struct, frozen=True, kw_only=True):
     """Pass back to get the next page; ``None`` on the last one."""
 
 
-class TransitionPage(msgspec.Struct, frozen=True, kw_only=True):
+class TransitionPage(View, frozen=True, kw_only=True):
     """One page of ``activity_history``."""
 
     transitions: list[Transition]
@@ -227,7 +270,7 @@ class TransitionPage(msgspec.Struct, frozen=True, kw_only=True):
     """Pass back to get the next page; ``None`` on the last one."""
 
 
-class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
+class QueueStats(View, frozen=True, kw_only=True):
     """Queue and capacity figures."""
 
     depth: int
@@ -239,7 +282,7 @@ class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
     workers_active: int
 
 
-class LaneDepth(msgspec.Struct, frozen=True, kw_only=True):
+class LaneDepth(View, frozen=True, kw_only=True):
     """One non-empty lane of the ready queue (``scheduler.dispatch.stats``)."""
 
     partition: str
@@ -250,7 +293,7 @@ class LaneDepth(msgspec.Struct, frozen=True, kw_only=True):
     depth: int
 
 
-class DispatchStats(msgspec.Struct, frozen=True, kw_only=True):
+class DispatchStats(View, frozen=True, kw_only=True):
     """Dispatch figures now (``scheduler.dispatch.stats``): counters since the core
     started, from which a reader derives rates between two calls, and the
     scheduling-latency histogram (queued -> leased)."""
@@ -353,17 +396,17 @@ COMPLETE_ACTIVITY: Final = MethodSpec(
     name="scheduler.leases.complete",
     python_name="complete_activity",
     params=CompleteParams,
-    result=None,
+    result=ReportResult,
     access="worker",
-    summary="Complete a leased activity with its result (fenced).",
+    summary="Complete a leased activity with its result (fenced); optionally poll too.",
 )
 FAIL_ACTIVITY: Final = MethodSpec(
     name="scheduler.leases.fail",
     python_name="fail_activity",
     params=FailParams,
-    result=None,
+    result=ReportResult,
     access="worker",
-    summary="Report a failed attempt (fenced).",
+    summary="Report a failed attempt (fenced); optionally poll too.",
 )
 SUBMIT_ACTIVITIES: Final = MethodSpec(
     name="scheduler.activities.submit",

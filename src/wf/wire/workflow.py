@@ -17,6 +17,7 @@ import msgspec
 
 from wf.scheduler.model import DEFAULT_RETRY, Priority, RetryPolicy
 from wf.scheduler.timer import DelaySpec
+from wf.wire.views import View
 
 PLAN_FORMAT: Final = 1
 """The plan format version this code writes and reads."""
@@ -242,7 +243,7 @@ class Plan(
 # ---------------------------------------------------------------- artifacts
 
 
-class Artifact(msgspec.Struct, frozen=True, kw_only=True):
+class Artifact(View, frozen=True, kw_only=True):
     """One version of a plan, as stored."""
 
     artifact_id: str
@@ -257,7 +258,7 @@ class Artifact(msgspec.Struct, frozen=True, kw_only=True):
     """When this version was first stored (POSIX seconds)."""
 
 
-class ArtifactPage(msgspec.Struct, frozen=True, kw_only=True):
+class ArtifactPage(View, frozen=True, kw_only=True):
     """One page of ``list_artifacts``."""
 
     artifacts: list[Artifact]
@@ -269,7 +270,7 @@ class ArtifactPage(msgspec.Struct, frozen=True, kw_only=True):
 # -------------------------------------------------------------- deployments
 
 
-class Deployment(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Deployment(View, frozen=True, kw_only=True, omit_defaults=True):
     """A saved deployment."""
 
     deployment_id: str
@@ -300,7 +301,7 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Raised by one on every save, starting at 1."""
 
 
-class DeploymentPage(msgspec.Struct, frozen=True, kw_only=True):
+class DeploymentPage(View, frozen=True, kw_only=True):
     """One page of ``list_deployments``."""
 
     deployments: list[Deployment]

@@ -26,6 +26,8 @@ from wf.wire.bounds import (
 )
 from wf.wire.methods import MethodSpec
 from wf.wire.paging import PAGE_LIMIT_DEFAULT, Limit
+from wf.wire.run_views import RunPage, RunView
+from wf.wire.views import View
 from wf.wire.workflow import Artifact, ArtifactPage, Deployment, DeploymentPage
 
 RUN_COUNT_WINDOW_MAX_S: Final = 7 * 86_400.0
@@ -153,7 +155,7 @@ class CountRunsParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Count runs created within this many seconds before now."""
 
 
-class RunCounts(msgspec.Struct, frozen=True, kw_only=True):
+class RunCounts(View, frozen=True, kw_only=True):
     """Runs created in a recent window, by status (``workflow.runs.counts``)."""
 
     since: float
@@ -197,7 +199,7 @@ START_RUN: Final = MethodSpec(
     name="workflow.runs.start",
     python_name="start_run",
     params=StartRunParams,
-    result=dict[str, Any],
+    result=RunView,
     access="operate",
     summary="Start a run of a deployment; returns its view.",
 )
@@ -205,7 +207,7 @@ INSPECT_RUN: Final = MethodSpec(
     name="workflow.runs.inspect",
     python_name="inspect_run",
     params=RunIdParams,
-    result=dict[str, Any],
+    result=RunView,
     access="read",
     summary="A run's status, inputs, per-node trace, output and checkpoint.",
 )
@@ -213,7 +215,7 @@ LIST_RUNS: Final = MethodSpec(
     name="workflow.runs.list",
     python_name="list_runs",
     params=ListRunsParams,
-    result=dict[str, Any],
+    result=RunPage,
     access="read",
     summary="A page of runs, oldest first (or newest_first), with a next_cursor.",
 )
@@ -229,7 +231,7 @@ RESUME_RUN: Final = MethodSpec(
     name="workflow.runs.resume",
     python_name="resume_run",
     params=ResumeRunParams,
-    result=dict[str, Any],
+    result=RunView,
     access="operate",
     summary="Answer a run's interrupt node.",
 )
@@ -237,7 +239,7 @@ CANCEL_RUN: Final = MethodSpec(
     name="workflow.runs.cancel",
     python_name="cancel_run",
     params=CancelRunParams,
-    result=dict[str, Any],
+    result=RunView,
     access="operate",
     summary="Cancel a run that has not stopped.",
 )

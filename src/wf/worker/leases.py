@@ -122,6 +122,12 @@ class WorkerCounters:
     example a completion retried across a failover that the first try applied)."""
     registrations: int = 0
     """Successful registrations (1 + re-registrations)."""
+    polls: int = 0
+    """Long polls sent (``scheduler.workers.poll``)."""
+    report_polls: int = 0
+    """Results sent with the worker's next poll (``poll`` on complete/fail)."""
+    report_poll_leases: int = 0
+    """Leases received in the answers of those results."""
     connection_losses: int = 0
     """Times a call found the server unreachable."""
     acknowledged: list[tuple[str, int]] = field(default_factory=list)

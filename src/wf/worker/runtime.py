@@ -19,7 +19,11 @@ A :class:`Worker` is a handful of asyncio tasks around one
   completed activity and lease status every ``heartbeat_interval_s``;
 * the *poll* loop long-polls for as many leases as the worker has free
   slots, and does not poll while it has none (revocations then arrive with
-  the next heartbeat answer, or as a refused renewal);
+  the next heartbeat answer, or as a refused renewal). A result sent while
+  no long poll is on the wire carries the poll for the slot it frees
+  (``poll`` on complete/fail: one call and one commit), and its answer's
+  leases are taken as a poll's; the poll loop asks only for what no request
+  on the wire covers (``_asked_extra``, ``_start_reserved``);
 * the *renewal* loop renews every held lease each third of the lease TTL;
 * the :class:`~wf.worker.outbox.Outbox` sends start, renew, complete and
   fail calls, batched when several are ready at once.
@@ -145,6 +149,8 @@ from wf.wire.scheduler_methods import (
     RegisterResult,
     RegisterWorkerParams,
     RenewParams,
+    ReportPoll,
+    ReportResult,
     WorkerIdParams,
 )
 from wf.wire.scheduler_methods import (
@@ -358,6 +364,16 @@ class Worker:
         self._registered_url: str | None = None
         """The server that answered it."""
         self._poll_items_max = POLL_ITEMS_MAX
+        self._report_polls = True
+        """Reports carry the worker's next poll (``poll``); off for good once a server
+        refused the field (one that predates it)."""
+        self._asked_extra = 0
+        """Leases asked for by reports' polls on the wire beyond their own slots (each
+        also asks for the slot its report frees, which is still in ``_held``)."""
+        self._start_reserved = 0
+        """Idle execution slots promised to started-on-grant leases by polls and
+        reports' polls on the wire: nothing else may take them, and no other request
+        may promise them again (docs/architecture.md, "Start on grant")."""
         self._backoff = Backoff(self.worker_id)
         self._sampler: ProcessSampler | None = None
 
@@ -800,18 +816,21 @@ class Worker:
         while not self._draining:
             await self.connected.wait()
             self._slot_freed.clear()
-            want = min(self.max_concurrency + self.prefetch - len(self._held), self._poll_items_max)
+            want = min(
+                self.max_concurrency + self.prefetch - len(self._held) - self._asked_extra,
+                self._poll_items_max,
+            )
             if want <= 0:
                 await self._slot_freed.wait()
                 continue
-            # Slots idle now stay idle until this answer arrives (only this loop fills
-            # the buffer), so grants for them may be started on grant: the server then
+            # Slots idle now and not promised to another request stay idle until this
+            # answer arrives (only answers fill the buffer, and _pump keeps promised
+            # slots), so grants for them may be started on grant: the server then
             # commits the grant as the start, and this worker must run what it gets.
             start = (
-                0
-                if self.start_report_delay_s is None
-                else max(0, min(want, self.max_concurrency - self._executing - len(self._buffer)))
+                0 if self.start_report_delay_s is None else max(0, min(want, self._idle_slots()))
             )
+            self._start_reserved += start
             call = asyncio.ensure_future(
                 self._client.call(
                     POLL.name,
@@ -825,12 +844,16 @@ class Worker:
                 )
             )
             self._poll_call = call
+            self.counters.polls += 1
             try:
                 await asyncio.wait({call})
             finally:
                 self._poll_call = None
+                self._start_reserved -= start  # the answer's started grants take them now
                 if not call.done():
                     call.cancel()  # this loop itself is being cancelled
+            if start and (call.cancelled() or call.exception() is not None):
+                self._pump()  # slots no longer promised, no grant for them: buffered ones
             if call.cancelled():
                 continue  # abandoned on a move: poll again once registered at the new node
             try:
@@ -905,11 +928,20 @@ class Worker:
                 )
         self._pump()
 
+    def _idle_slots(self) -> int:
+        """Execution slots idle now that no request on the wire was promised."""
+        return self.max_concurrency - self._executing - len(self._buffer) - self._start_reserved
+
     def _pump(self) -> None:
         """Start buffered leases while execution slots are free."""
         while self._buffer and self._executing < self.max_concurrency:
-            if self._draining and not self._buffer[0].grant.started:
-                break  # the server takes unstarted leases back; started ones are run
+            if not self._buffer[0].grant.started and (
+                # The server takes unstarted leases back; started ones are run.
+                self._draining
+                # Slots promised to started grants on the wire stay theirs.
+                or self._executing >= self.max_concurrency - self._start_reserved
+            ):
+                break
             held = self._buffer.popleft()
             self._executing += 1
             held.status = LeaseStatus.EXECUTING
@@ -1103,7 +1135,13 @@ class Worker:
         if unreported_start:
             self.counters.unreported_starts += 1
         method: MethodSpec[Any]
-        params: msgspec.Struct
+        params: CompleteParams | FailParams
+        beyond, start = self._ask_with_report()
+        poll = (
+            None
+            if beyond < 0
+            else ReportPoll(worker_id=self.worker_id, max_items=1 + beyond, start=start)
+        )
         if isinstance(ending, Succeeded):
             method = COMPLETE_ACTIVITY
             params = CompleteParams(
@@ -1111,6 +1149,7 @@ class Worker:
                 token=held.token,
                 result=ending.result,
                 unreported_start=unreported_start,
+                poll=poll,
             )
         else:
             method = FAIL_ACTIVITY
@@ -1122,8 +1161,22 @@ class Worker:
                 retryable=ending.retryable,
                 unreported_start=unreported_start,
                 stack_trace=ending.stack_trace,
+                poll=poll,
             )
-        if not await self._fenced_call(held, method, params):
+        if poll is not None:
+            self.counters.report_polls += 1
+        answered: list[Any] = []
+        try:
+            reported = await self._fenced_call(held, method, params, answered)
+        finally:
+            if poll is not None:
+                self._asked_extra -= beyond
+                self._start_reserved -= start  # the answer's started grants take them now
+        if poll is not None and reported and answered:
+            self._take_with_report(method.decode(answered[0]))
+        if start:
+            self._pump()  # slots no longer promised: buffered leases may have them
+        if not reported:
             return
         if isinstance(ending, Succeeded):
             self.counters.completed += 1
@@ -1164,13 +1217,67 @@ class Worker:
                 },
             )
 
+    def _ask_with_report(self) -> tuple[int, int]:
+        """What a report about to be sent asks for with its ``poll``: ``(extra, start)``,
+        ``extra`` leases beyond the slot the report frees (``-1``: send no ``poll``).
+
+        Only when the poll loop would otherwise poll for that slot once the report is
+        answered: no long poll is on the wire (its demand would be replaced), the
+        worker is connected and not draining. Asks for the report's own slot plus any
+        capacity no request on the wire covers, and reserves both until the answer:
+        ``start`` counts only execution slots idle now and promised to no other
+        request, as the poll loop's does (docs/architecture.md, "Start on grant").
+        """
+        if (
+            not self._report_polls
+            or self._draining
+            or not self.connected.is_set()
+            or self._poll_call is not None
+        ):
+            return -1, 0
+        free = self.max_concurrency + self.prefetch - len(self._held) - self._asked_extra
+        extra = max(0, min(free, self._poll_items_max - 1))
+        start = (
+            0 if self.start_report_delay_s is None else max(0, min(1 + extra, self._idle_slots()))
+        )
+        self._asked_extra += extra
+        self._start_reserved += start
+        return extra, start
+
+    def _take_with_report(self, answer: ReportResult) -> None:
+        """Take a report's poll answer as the poll loop takes a poll's: revocations, then
+        leases (started ones run at once). ``leases`` is ``None`` when the server did
+        not poll (it dropped an unknown ``poll``): the poll loop then asks."""
+        if answer.leases is None:
+            return
+        self._on_revoked(answer.revoked)
+        if not answer.leases:
+            return
+        self.counters.report_poll_leases += len(answer.leases)
+        self._accept(answer.leases, answer.traceparents)
+        if self._draining:
+            # Drained meanwhile: unstarted leases go back, as _drain returns them (the
+            # server requeues them); started ones run (_pump), as from any poll.
+            grants = {g.lease.token for g in answer.leases if not g.started}
+            for token in grants:
+                held = self._held.get(token)
+                if held is not None and held.status is LeaseStatus.LEASED:
+                    self._lose(held, "returned")
+
     async def _fenced_call(
-        self, held: HeldLease, method: MethodSpec[Any], params: msgspec.Struct
+        self,
+        held: HeldLease,
+        method: MethodSpec[Any],
+        params: msgspec.Struct,
+        answered: list[Any] | None = None,
     ) -> bool:
         """One lease call, retried until the server answers; False if the lease was lost.
+        ``answered`` receives the server's answer.
 
         A start refused as ``illegal_transition`` was applied by an earlier try
-        whose answer got lost: it counts as done.
+        whose answer got lost: it counts as done. A report whose ``poll`` a server
+        refused as an invalid argument (one that predates the field) is sent again
+        without it, and no later report carries one.
         """
         outbox = self._outbox
         assert outbox is not None
@@ -1182,7 +1289,14 @@ class Worker:
             if starting and held.lost is not None:
                 return False
             try:
-                await outbox.call(method.name, params)
+                answer = await outbox.call(method.name, params)
+            except InvalidArgument as exc:
+                if isinstance(params, (CompleteParams, FailParams)) and params.poll is not None:
+                    self._without_report_polls(exc)
+                    params = msgspec.structs.replace(params, poll=None)
+                    continue
+                self._lose(held, exc.code)
+                return False
             except IllegalTransition as exc:
                 if starting:
                     return True
@@ -1213,8 +1327,21 @@ class Worker:
                 self._connection_lost(exc)
             else:
                 self._contact()
+                if answered is not None:
+                    answered.append(answer)
                 return True
             await self.connected.wait()
+
+    def _without_report_polls(self, exc: InvalidArgument) -> None:
+        """A server refused a report's ``poll``: send none from now on."""
+        if self._report_polls:
+            self._report_polls = False
+            log.info(
+                "worker %s: the server refused a poll with a report (%s); polling apart",
+                self.worker_id,
+                exc.message,
+                extra={"action": "worker.report_polls_off", "worker_id": self.worker_id},
+            )
 
     def _report_refused(self, held: HeldLease, exc: WfError, unanswered: int) -> None:
         """A result the server refused (stale, expired, finished): dropped, never

@@ -105,9 +105,11 @@ function flat(v) {
 }
 
 /** A value as text: scalars as they are, a flat object as a nested table (so a stack
- * trace reads as lines), other objects as JSON, long text in a <pre>. */
+ * trace reads as lines), other objects as JSON, long text in a <pre>; an element the
+ * console built itself (never one from the server: they send JSON) as it is. */
 export function value(v) {
   if (v === null || v === undefined) return "—";
+  if (v instanceof Node) return v;
   if (flat(v)) return kv(v);
   if (typeof v === "object") return json(v);
   const text = String(v);

@@ -136,6 +136,25 @@ function mapItems(entry) {
     {testid: `items-${entry.node}`})];
 }
 
+function tracedAttempt(entry) {
+  // The attempt whose stack trace the node's error repeats: its last one reporting one.
+  const traced = (entry && entry.attempts || []).filter((a) => a.stack_trace);
+  return traced.length ? traced[traced.length - 1] : null;
+}
+
+function errorPointing(error, node, attempt, attempts) {
+  // An error whose stack trace is shown once, on its attempt: here a button leading
+  // there instead (a hash link would be taken for a route).
+  if (!error || typeof error !== "object" || !error.stack_trace || !attempt) return error;
+  const go = () => {
+    const el = attempts.querySelector(`[data-node="${CSS.escape(node)}"] .attempt[data-attempt="${CSS.escape(String(attempt.attempt ?? ""))}"]`);
+    if (el) el.scrollIntoView({block: "start"});
+  };
+  return kv({...error, stack_trace: h("button", {type: "button", class: "linklike", testid: "stack-trace-link",
+    "data-node": node, "data-attempt": String(attempt.attempt ?? ""), on: {click: go}},
+  `on ${node} attempt #${attempt.attempt ?? "?"} ↓`)});
+}
+
 export async function runOne(ctx) {
   const {root, who} = ctx;
   const [id] = ctx.args;
@@ -152,12 +171,15 @@ export async function runOne(ctx) {
   const act = (spec) => confirmAction(spec).then((r) => { if (r !== null) ctx.reload(); });
 
   const render = (run) => {
+    const byNode = new Map((run.trace || []).map((t) => [t.node, t]));
+    const runErrorNode = run.error && run.error.node;
     replace(head, h("div", {class: "panel", testid: "run"},
       h("p", {}, badge(run.status), " deployment ", link(`#/runs?deployment=${encodeURIComponent(run.deployment_id)}`, run.deployment_id),
         run.trigger && run.trigger.schedule_id ? [" · schedule ", link(`#/schedules/${encodeURIComponent(run.trigger.schedule_id)}`, run.trigger.schedule_id)] : null),
       kv(run, {times: ["created_at", "started_at", "finished_at", "deadline"],
         skip: ["trace", "inputs", "output", "awaiting", "resumes", "checkpoint", "error"]}),
-      run.error ? h("div", {testid: "run-error"}, h("h2", {}, "Error"), value(run.error)) : null));
+      run.error ? h("div", {testid: "run-error"}, h("h2", {}, "Error"),
+        value(errorPointing(run.error, runErrorNode, tracedAttempt(byNode.get(runErrorNode)), attempts))) : null));
     replace(actions);
     if (may(who, "operate") && !TERMINAL.has(run.status)) {
       actions.append(h("button", {type: "button", class: "danger", testid: "action-cancel", on: {click: () => act({
@@ -173,7 +195,6 @@ export async function runOne(ctx) {
         params: (v) => ({run_id: id, node_id: v.node_id || null, answer: JSON.parse(v.answer)})})}}, "Resume…"));
     }
     const states = Object.fromEntries((run.trace || []).map((t) => [t.node, t.status]));
-    const byNode = new Map((run.trace || []).map((t) => [t.node, t]));
     const targets = new Map();
     if (plan) {
       replace(picture, drawDag(plan.nodes, states, (node) => {
@@ -196,7 +217,8 @@ export async function runOne(ctx) {
       const section = h("div", {class: "panel", "data-node": node, testid: `node-${node}`},
         h("h2", {}, node, " ", badge(entry ? entry.status : "pending"), " ",
           entry && entry.activity_id ? link(`#/activities/${encodeURIComponent(entry.activity_id)}`, entry.activity_id) : null),
-        entry ? kv(entry, {times: ["started_at", "finished_at", "wake_at"], skip: ["attempts", "node", "items"]}) : h("p", {class: "muted"}, "not started"),
+        entry ? kv(entry.error ? {...entry, error: errorPointing(entry.error, node, tracedAttempt(entry), attempts)} : entry,
+          {times: ["started_at", "finished_at", "wake_at"], skip: ["attempts", "node", "items"]}) : h("p", {class: "muted"}, "not started"),
         entry ? mapItems(entry) : null,
         entry && (entry.attempts || []).length ? entry.attempts.map((a) =>
           h("div", {class: "attempt", "data-attempt": String(a.attempt ?? "")}, h("strong", {}, `attempt ${a.attempt ?? "?"}`), " ", badge(a.outcome ?? "in progress"),
