@@ -51,7 +51,7 @@ DEPENDS_ON: Final[dict[str, frozenset[str]]] = {
     "wf.runtime": frozenset({"wf.node", "wf.wire"}),
     "wf.schedules": frozenset({"wf.runtime"}),
     "wf.server": frozenset({"wf.schedules", "wf.activities"}),
-    "wf.testing": frozenset({"wf.server"}),
+    "wf.testing": frozenset({"wf.server", "wf.flow"}),
     "wf.cli": frozenset({"wf.testing", "wf.flow"}),
     "wf.wire": frozenset({"wf.scheduler"}),
     "wf.client": frozenset({"wf.wire"}),

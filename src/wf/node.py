@@ -304,7 +304,8 @@ class SchedulerNode:
         stored = await load()
         now = self.clock.now()
         snapshot, diagnostics = build_snapshot(stored, self.config, now)
-        core, outcome = recover(snapshot, now, adopt=not self.digest_on_recovery)
+        adopt = not self.digest_on_recovery
+        core, outcome = recover(snapshot, now, adopt=adopt, by_id=stored.by_id if adopt else None)
         # Optional: it rebuilds the core a second time, which doubles recovery time.
         digest = durable_digest(restore(snapshot)) if self.digest_on_recovery else None
         if outcome.records:

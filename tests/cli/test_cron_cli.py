@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -23,28 +24,67 @@ BERLIN_ARGS = [
 ]
 
 
-def test_prints_the_next_instants_as_utc_with_z(capsys: pytest.CaptureFixture[str]) -> None:
+def utc_column(out: str) -> list[str]:
+    """The INSTANT column of the table ``wf cron next`` prints."""
+    header, *rows = out.splitlines()
+    assert header.split() == ["INSTANT", "LOCAL", "TIMEZONE"]
+    return [row.split()[0] for row in rows]
+
+
+def test_prints_the_next_instants_as_utc_and_wall_time_in_the_zone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 17: the zone's wall time beside each UTC instant, as in schedules preview."""
     assert main(BERLIN_ARGS) == 0
     out, err = capsys.readouterr()
-    assert out == "2026-03-28T05:00:00Z\n2026-03-28T11:00:00Z\n2026-03-28T17:00:00Z\n"
+    assert out == (
+        "INSTANT               LOCAL                      TIMEZONE\n"
+        "2026-03-28T05:00:00Z  2026-03-28T06:00:00+01:00  Europe/Berlin\n"
+        "2026-03-28T11:00:00Z  2026-03-28T12:00:00+01:00  Europe/Berlin\n"
+        "2026-03-28T17:00:00Z  2026-03-28T18:00:00+01:00  Europe/Berlin\n"
+    )
     assert err == ""
+
+
+def test_json_lists_preview_s_objects(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*BERLIN_ARGS, "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found[0] == {
+        "instant": "2026-03-28T05:00:00+00:00",
+        "local": "2026-03-28T06:00:00+01:00",
+        "timezone": "Europe/Berlin",
+    }
+    assert [i["local"] for i in found[1:]] == [
+        "2026-03-28T12:00:00+01:00",
+        "2026-03-28T18:00:00+01:00",
+    ]
 
 
 def test_crosses_the_spring_gap_in_the_zone(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["cron", "next", "30 2 * * *", "--tz", "America/New_York"]
     assert main([*args, "--after", "2026-03-07T12:00:00Z", "--count", "2"]) == 0
-    assert capsys.readouterr().out == "2026-03-08T07:00:00Z\n2026-03-09T06:30:00Z\n"
+    out = capsys.readouterr().out
+    assert utc_column(out) == ["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"]
+    # 02:30 does not exist on the 8th: the gap's instant is 03:00 EDT.
+    assert [row.split()[1] for row in out.splitlines()[1:]] == [
+        "2026-03-08T03:00:00-04:00",
+        "2026-03-09T02:30:00-04:00",
+    ]
 
 
 def test_defaults_are_one_instant_in_utc(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cron", "next", "30 7 * * *", "--after", "2026-03-08T00:00:00+00:00"]) == 0
-    assert capsys.readouterr().out == "2026-03-08T07:30:00Z\n"
+    assert capsys.readouterr().out.splitlines()[1].split() == [
+        "2026-03-08T07:30:00Z",
+        "2026-03-08T07:30:00+00:00",
+        "UTC",
+    ]
 
 
 def test_after_defaults_to_now(capsys: pytest.CaptureFixture[str]) -> None:
     before = datetime.now(UTC)
     assert main(["cron", "next", "* * * * *"]) == 0
-    (line,) = capsys.readouterr().out.splitlines()
+    (line,) = utc_column(capsys.readouterr().out)
     instant = datetime.strptime(line, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     assert before < instant <= datetime.now(UTC) + timedelta(minutes=1)
 
@@ -74,6 +114,13 @@ def test_invalid_input_prints_one_error_line_and_exits_2(
     assert reason in err
 
 
+def test_invalid_input_with_json_prints_a_json_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cron", "next", "61 * * * *", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert json.loads(err)["error"]["code"] == "invalid_cron_expression"
+
+
 def run_wf(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "wf.cli.main", *args],
@@ -87,7 +134,7 @@ def run_wf(*args: str) -> subprocess.CompletedProcess[str]:
 def test_entry_point_runs_as_a_real_process() -> None:
     done = run_wf(*BERLIN_ARGS)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
+    assert utc_column(done.stdout) == [
         "2026-03-28T05:00:00Z",
         "2026-03-28T11:00:00Z",
         "2026-03-28T17:00:00Z",

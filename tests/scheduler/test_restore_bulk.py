@@ -167,3 +167,25 @@ def test_restore_without_adopt_leaves_the_snapshot_a_value() -> None:
     for a in core.activities.values():
         a.attempt += 1
     assert msgspec.json.encode(snap) == before
+
+
+def test_adopting_a_table_of_the_same_activities_builds_the_same_core_around_it() -> None:
+    for snap in snapshots_of(SEEDS[1])[::3]:
+        expected = comparable(restore(snap))
+        decoded = msgspec.json.decode(msgspec.json.encode(snap), type=CoreSnapshot)
+        table = {a.activity_id: a for a in decoded.activities}
+        adopted = restore(decoded, adopt=True, by_id=table)
+        assert adopted.activities is table
+        assert comparable(adopted) == expected
+
+
+def test_a_table_that_does_not_hold_every_activity_is_not_adopted() -> None:
+    snap = next(s for s in snapshots_of(SEEDS[1]) if len(s.activities) > 1)
+    decoded = msgspec.json.decode(msgspec.json.encode(snap), type=CoreSnapshot)
+    short = {a.activity_id: a for a in decoded.activities[1:]}
+    core = restore(decoded, adopt=True, by_id=short)
+    assert core.activities is not short
+    assert set(core.activities) == {a.activity_id for a in decoded.activities}
+    # Without adopt the core copies the activities, so a table of them is never taken.
+    whole = {a.activity_id: a for a in snap.activities}
+    assert restore(snap, by_id=whole).activities is not whole

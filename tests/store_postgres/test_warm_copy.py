@@ -85,11 +85,34 @@ def test_a_caught_up_copy_holds_what_a_full_load_holds(pg_dsn: str, pg_schema: s
                 loaded.worker_seq,
             )
             assert {aid for aid, _ in state.finished} == {aid for aid, _ in loaded.finished}
+            # Caught up, the copy's table is still in seq order: it goes along for the
+            # core to adopt, holding exactly the state's activities in their order.
+            assert state.by_id is copy.live
+            assert list(state.by_id.values()) == state.activities
+            assert loaded.by_id is None  # a cold load leaves the core to build it
         finally:
             await standby.close()
             await owner.stop()
 
     asyncio.run(main())
+
+
+def test_a_copy_whose_table_left_seq_order_hands_no_table_over() -> None:
+    first, second = (
+        Activity(activity_id="x", activity_type="t", seq=1),
+        Activity(activity_id="y", activity_type="t", seq=2),
+    )
+    copy = follow.WarmCopy(
+        seq=5,
+        counters=(2, 0, 0),
+        live={"y": second, "x": first},
+        finished={},
+        finished_max=10,
+        workers={},
+    )
+    state = copy.state()
+    assert state.activities == [first, second]
+    assert state.by_id is None
 
 
 def test_a_copy_older_than_the_pruned_log_asks_for_a_full_reload(

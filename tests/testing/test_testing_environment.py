@@ -323,3 +323,24 @@ def test_a_temporary_store_is_removed_on_exit() -> None:
         return root
 
     assert not guarded(body()).exists()
+
+
+def test_deploy_takes_a_flow_under_its_own_name_or_the_one_given() -> None:
+    """Issue 17: a ``wf.flow`` Flow deploys as ``wf deploy`` publishes it (its plan, its
+    artifact id), not only a plan dict."""
+    from wf import flow
+
+    @flow.workflow("fetcher")
+    def fetcher() -> flow.Outputs:
+        return {"fetched": flow.call(fetch, source=flow.input("source", str))}
+
+    async def body() -> None:
+        async with WorkflowEnvironment.start([fetch], start_time=START) as env:
+            assert await env.deploy(fetcher) == "fetcher.default"
+            assert await env.deploy(fetcher, name="renamed", version=3) == "renamed.default"
+            artifact = await env.api.get_artifact("renamed", 3)
+            assert artifact.content_hash == fetcher.content_hash
+            view = await env.run("fetcher.default", {"source": "x"})
+            assert (view.status, view.output) == ("completed", {"fetched": {"text": "X"}})
+
+    guarded(body())

@@ -11,8 +11,8 @@ advertised URL, the epoch it serves or last saw, seconds since its last
 report (by PostgreSQL's clock) and its lag in commits. ``--json`` prints the
 :class:`~wf.wire.cluster_methods.ClusterStatus` itself.
 
-``--server`` may be repeated or comma-separated (default
-``http://127.0.0.1:8765``); the token comes from ``--token`` or
+``--server`` may be repeated or comma-separated (default ``$WF_SERVER``,
+else ``http://127.0.0.1:8765``); the token comes from ``--token`` or
 ``$WF_TOKEN``; ``--failover-timeout`` bounds how long the call keeps
 retrying when no node answers (default 15 s, 2.5 s while every attempt is
 refused outright; 0: each URL once, for monitoring scripts). Exit 0; a
@@ -29,6 +29,7 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
+from wf.cli.connect import SERVER_ENV, server_urls
 from wf.cli.output import fail, jsonable
 from wf.client.app import App
 from wf.client.rpc_client import FAILOVER_TIMEOUT_S, REFUSED_TIMEOUT_S
@@ -56,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         dest="servers",
         metavar="URL",
-        help=f"server URL; repeat or comma-separate for a cluster (default {DEFAULT_SERVER})",
+        help=f"server URL; repeat or comma-separate for a cluster (default ${SERVER_ENV}, "
+        f"else {DEFAULT_SERVER})",
     )
     sub.add_argument("--token", help=f"bearer token (or ${TOKEN_ENV})")
     sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -76,7 +78,7 @@ def status(args: argparse.Namespace) -> int:
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     try:
         with App.sync(
-            args.servers or [DEFAULT_SERVER],
+            server_urls(args.servers),
             token=token,
             failover_timeout_s=(
                 FAILOVER_TIMEOUT_S if args.failover_timeout is None else args.failover_timeout

@@ -23,6 +23,8 @@ DEFAULT_SERVER: Final = "http://127.0.0.1:8765"
 """``wf-rpc-server``'s default address."""
 TOKEN_ENV: Final = "WF_TOKEN"
 """Environment variable holding the bearer token when ``--token`` is not given."""
+SERVER_ENV: Final = "WF_SERVER"
+"""Environment variable holding the server URL(s) when ``--server`` is not given."""
 REFUSED_EXIT: Final = 1
 """Exit code when the server (or the transport) refuses the call."""
 USAGE_EXIT: Final = 2
@@ -49,7 +51,8 @@ def common_parser() -> argparse.ArgumentParser:
         action="append",
         dest="servers",
         metavar="URL",
-        help=f"server URL; repeat or comma-separate for a cluster (default {DEFAULT_SERVER})",
+        help=f"server URL; repeat or comma-separate for a cluster (default ${SERVER_ENV}, "
+        f"else {DEFAULT_SERVER})",
     )
     common.add_argument("--token", help=f"bearer token (or ${TOKEN_ENV})")
     common.add_argument(
@@ -62,6 +65,18 @@ def common_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return common
+
+
+def server_urls(flags: list[str] | None) -> list[str]:
+    """The servers to call: ``--server`` beats ``$WF_SERVER`` beats the default.
+
+    Like the flag, the variable may hold several comma-separated URLs (a
+    cluster); an empty one counts as unset.
+    """
+    if flags:
+        return flags
+    from_env = os.environ.get(SERVER_ENV, "").strip()
+    return [from_env] if from_env else [DEFAULT_SERVER]
 
 
 def paging(sub: argparse.ArgumentParser) -> None:
@@ -81,7 +96,7 @@ def handler(command: Command) -> Callable[[argparse.Namespace], int]:
         budget_s = FAILOVER_TIMEOUT_S if args.failover_timeout is None else args.failover_timeout
         try:
             with App.sync(
-                args.servers or [DEFAULT_SERVER],
+                server_urls(args.servers),
                 token=token,
                 failover_timeout_s=budget_s,
             ) as app:

@@ -1,19 +1,25 @@
 """``wf cron``: inspect cron schedules without a server.
 
-``wf cron next EXPR [--tz ZONE] [--after ISO-8601] [--count N]`` prints the
-next fire instants of a five-field cron expression, one per line, as UTC
-ISO-8601 with a ``Z`` suffix. Invalid input prints one line ``wf: error:
-<reason>`` to stderr and exits 2, like argparse's own usage errors.
+``wf cron next EXPR [--tz ZONE] [--after ISO-8601] [--count N] [--json]``
+prints the next fire instants of a five-field cron expression as
+``wf schedules preview`` prints a schedule's: a table of one row per instant,
+``INSTANT`` (UTC, ``…Z``), ``LOCAL`` (wall time in the zone, with its offset)
+and ``TIMEZONE``; ``--json`` prints a list of preview's objects (``instant``,
+``instant_s``, ``local``, ``timezone``). Invalid input prints one line
+``wf: error: <reason>`` to stderr (with ``--json``, one JSON object
+``{"error": {"code", "message"}}``) and exits 2, like argparse's own usage
+errors.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import UTC, datetime
+from typing import Any
 
+from wf.cli.output import emit, fail, iso, table, when
 from wf.errors import InvalidArgument
-from wf.scheduler.cron import COUNT_MAX, next_instants, require_aware
+from wf.scheduler.cron import COUNT_MAX, next_instants, require_aware, resolve_zone
 
 USAGE_ERROR_EXIT: int = 2
 """Exit code for invalid input (argparse uses the same)."""
@@ -26,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     nxt = commands.add_parser(
         "next",
         help="print the next fire instants of a cron expression",
-        description="Print the next fire instants of a five-field cron expression "
-        "as UTC ISO-8601 (…Z), one per line.",
+        description="Print the next fire instants of a five-field cron expression, "
+        "as UTC (…Z) and as wall time in --tz, as `wf schedules preview` does.",
     )
     nxt.add_argument("expression", help='five-field cron expression, e.g. "0 */6 * * *"')
     nxt.add_argument("--tz", default="UTC", help="IANA time zone of the expression (UTC)")
@@ -38,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     # Parsed by the handler, not argparse, so a bad value gets our one-line error.
     nxt.add_argument("--count", default="1", help=f"how many instants, 1..{COUNT_MAX} (1)")
+    nxt.add_argument("--json", action="store_true", help="print JSON instead of a table")
     nxt.set_defaults(handler=run_next)
 
 
@@ -60,8 +67,22 @@ def _parse_count(text: str) -> int:
         raise InvalidArgument(f"--count must be an integer, got {text!r}") from None
 
 
-def _format_utc(instant: datetime) -> str:
-    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def preview_instants(instants: list[datetime], timezone: str) -> list[dict[str, Any]]:
+    """``instants`` as ``wf schedules preview`` shows a schedule's (its
+    :class:`~wf.wire.schedule_views.PreviewInstant` fields): UTC, and wall time in
+    ``timezone``."""
+    zone = resolve_zone(timezone)
+    found = []
+    for instant in instants:
+        t = instant.timestamp()
+        local = instant.astimezone(zone).isoformat()
+        found.append({"instant": iso(t), "instant_s": t, "local": local, "timezone": timezone})
+    return found
+
+
+def _preview_table(instants: list[dict[str, Any]]) -> str:
+    rows = [(when(i["instant"]), i["local"], i["timezone"]) for i in instants]
+    return table(("INSTANT", "LOCAL", "TIMEZONE"), rows)
 
 
 def run_next(args: argparse.Namespace) -> int:
@@ -71,8 +92,7 @@ def run_next(args: argparse.Namespace) -> int:
         after = _parse_after(args.after)
         instants = next_instants(args.expression, args.tz, after=after, count=count)
     except InvalidArgument as exc:
-        # One line, whatever a library put in the message.
-        print(f"wf: error: {' '.join(exc.message.split())}", file=sys.stderr)
-        return USAGE_ERROR_EXIT
-    sys.stdout.write("".join(f"{_format_utc(instant)}\n" for instant in instants))
-    return 0
+        # One line, whatever a library put in the message (JSON with --json).
+        return fail(exc.message, USAGE_ERROR_EXIT, as_json=args.json, error_code=exc.code)
+    found = preview_instants(instants, args.tz)
+    return emit(args, found, lambda: _preview_table(found))

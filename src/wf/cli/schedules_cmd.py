@@ -14,7 +14,7 @@
     wf schedules trigger ID
 
 Every command takes ``--server URL`` (repeat it for failover; default
-``http://127.0.0.1:8765``, ``wf-rpc-server``'s default), ``--token T`` (or
+``$WF_SERVER``, else ``http://127.0.0.1:8765``, ``wf-rpc-server``'s default), ``--token T`` (or
 ``$WF_TOKEN``, which other users of the host cannot read from the process
 list) and ``--json`` (print the server's answer as JSON instead of a table).
 The calls are the :class:`~wf.client.App` twins of the server's Python API

@@ -7,7 +7,9 @@
 settings), a list of ``@activity`` definitions, or a function returning one
 of those. The current directory is importable, as with ``python -m``.
 ``--server`` may be repeated or comma-separated: the worker follows the
-active node of a cluster (see :mod:`wf.worker.runtime`). The
+active node of a cluster (see :mod:`wf.worker.runtime`); without it the
+servers come from ``$WF_SERVER`` (same form), else the ``--app`` Worker's own,
+else ``http://127.0.0.1:8765``. The
 token may come from ``WF_WORKER_TOKEN`` instead of the command line (which
 other users of the host can read). SIGTERM or SIGINT drains gracefully; a
 second one stops at once. A drain by the server (``scheduler.workers.shutdown``,
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from wf.worker import Worker
 
 DEFAULT_SERVER: Final = "http://127.0.0.1:8765"
+SERVER_ENV: Final = "WF_SERVER"
 TOKEN_ENV: Final = "WF_WORKER_TOKEN"
 # Worker's own defaults, shown by --help without importing the worker SDK for every
 # ``wf`` command (tests/cli/test_cli_complete.py holds them to Worker's signature).
@@ -56,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         dest="servers",
         metavar="URL",
-        help=f"server URL; repeat or comma-separate for a cluster (default {DEFAULT_SERVER})",
+        help=f"server URL; repeat or comma-separate for a cluster (default ${SERVER_ENV}, "
+        f"else the --app Worker's, else {DEFAULT_SERVER})",
     )
     parser.add_argument("--token", help=f"worker credential (or ${TOKEN_ENV})")
     parser.add_argument("--ca", help="CA certificate that signed the server's (PEM)")
@@ -134,8 +138,10 @@ def build_worker(args: argparse.Namespace) -> Worker:
     if callable(app) and not isinstance(app, Worker | ActivityDefinition):
         app = app()
     changes: dict[str, Any] = {}
-    if args.servers:
-        changes["servers"] = args.servers
+    # As for the token: the flag, else the environment, else the Worker's own setting.
+    servers = args.servers or [url for url in [os.environ.get(SERVER_ENV, "").strip()] if url]
+    if servers:
+        changes["servers"] = servers
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
     if token:
         changes["token"] = token

@@ -942,7 +942,9 @@ def _failure(d: ActivityFailed, activity_id: str) -> RunError:
         return _lost(node, d.message)
     return RunError(
         code="activity_failed",
-        message=f"{d.error_type}: {d.message} ({d.reason}, attempt {d.attempt})",
+        # The type is error_type's to say: the message starting with it again made
+        # every renderer (CLI, console, JSON) show it twice.
+        message=" ".join(filter(None, [d.message, f"({d.reason}, attempt {d.attempt})"])),
         node=node,
         error_type=d.error_type,
     )

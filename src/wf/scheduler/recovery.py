@@ -145,14 +145,19 @@ def snapshot(core: SchedulerCore) -> CoreSnapshot:
     )
 
 
-def restore(snap: CoreSnapshot, *, adopt: bool = False) -> SchedulerCore:
+def restore(
+    snap: CoreSnapshot, *, adopt: bool = False, by_id: dict[str, Activity] | None = None
+) -> SchedulerCore:
     """A core that continues exactly where the snapshotted one stood.
 
     The core works on copies of the snapshot's activities, so the snapshot
     stays a value. With ``adopt=True`` it takes the snapshot's ``Activity``
     objects over instead (no copies): only for a snapshot that nobody reads
     afterwards, such as the fresh one :func:`snapshot_from_durable` returns; the
-    core mutates those objects from then on.
+    core mutates those objects from then on. ``by_id`` (only with ``adopt``):
+    those same activities keyed by id in the same order, which the core then
+    takes as its activity table instead of building one; ignored unless it holds
+    as many as the snapshot (a snapshot that left an activity out builds its own).
     """
     if snap.version != SNAPSHOT_VERSION:
         raise CorruptRecord(f"unsupported snapshot version {snap.version}", version=snap.version)
@@ -166,7 +171,10 @@ def restore(snap: CoreSnapshot, *, adopt: bool = False) -> SchedulerCore:
         # Copies, so that the snapshot stays a value even while the core mutates.
         replace = msgspec.structs.replace
         activities = [replace(original, queue_ticket=0) for original in snap.activities]
-    core.activities = {a.activity_id: a for a in activities}
+    if adopt and by_id is not None and len(by_id) == len(activities):
+        core.activities = by_id
+    else:
+        core.activities = {a.activity_id: a for a in activities}
     held = _restore_queue(core, activities)
     core.finished = OrderedDict(snap.finished)
     for ws in snap.workers:
@@ -318,13 +326,18 @@ def _check_lease(core: SchedulerCore, worker: WorkerState, activity_id: str) -> 
 
 
 def recover(
-    snap: CoreSnapshot, now: float, *, adopt: bool = False
+    snap: CoreSnapshot,
+    now: float,
+    *,
+    adopt: bool = False,
+    by_id: dict[str, Activity] | None = None,
 ) -> tuple[SchedulerCore, Outcome]:
     """Restart procedure (WF-005 §23): restore, rebuild registry, expire, requeue, resume.
 
-    ``adopt`` is :func:`restore`'s: the core takes the snapshot's activities over.
+    ``adopt`` and ``by_id`` are :func:`restore`'s: the core takes the snapshot's
+    activities (and their table) over.
     """
-    core = restore(snap, adopt=adopt)
+    core = restore(snap, adopt=adopt, by_id=by_id)
     outcome = core.handle(cmd.Recover(now=now))
     return core, outcome
 

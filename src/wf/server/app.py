@@ -62,6 +62,7 @@ from wf.server.rpc import Caller, Dispatcher, Registry, authorize
 from wf.server.run_signals import RunMetrics, RunProgressLogger
 from wf.server.schedule_rpc import register_schedule_methods
 from wf.server.scheduler_api import SchedulerAPI
+from wf.server.scheduler_rpc import register_scheduler_methods
 from wf.server.tracing import TRACEPARENT_HEADER, install, make_tracing
 from wf.server.unserved import UnservedWatch
 from wf.server.workflow_rpc import register_workflow_methods
@@ -127,7 +128,7 @@ class WfServer:
         self.scheduler = SchedulerAPI(self.node)
         self.registry = Registry(METHODS.values())
         """Every method of the wire contract with its handler (checked complete below)."""
-        self.scheduler.register_methods(self.registry)
+        register_scheduler_methods(self.scheduler, self.registry)
         self.engine = RunEngine(store, self.node, self.node.clock)
         """The DAG engine driving workflow runs on this node."""
         self.retention = RetentionTask(store, section.store.retention, self.node.clock)

@@ -151,7 +151,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """The URL clients reach this node at, handed to them in ``not_leader`` errors
     while another node is active (default: none; clients then rotate through their
     own list of URLs)."""
-    campaign_interval_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 0.25
+    campaign_interval_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 0.1
     """How often a standby tries to take ownership (one cheap lock attempt)."""
     session_timeout_s: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 3.0
     """PostgreSQL ends the active's writer session after this long without a statement

@@ -8,8 +8,8 @@ register, heartbeat, long-poll, start, renew, complete, fail, shut down, and
 the admin reads and writes. Every state change goes through
 ``node.execute``, so it is durable before the call returns. The methods'
 parameters, results and declarations are the wire contract's
-(:mod:`wf.wire.scheduler_methods`); :meth:`SchedulerAPI.register_methods`
-attaches a handler to each.
+(:mod:`wf.wire.scheduler_methods`); :mod:`wf.server.scheduler_rpc` attaches a
+handler to each.
 
 Long polls: a worker's ``poll`` first takes any leases already granted to it
 (its *mailbox*), otherwise announces demand to the core and waits until a
@@ -83,7 +83,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
@@ -109,9 +109,8 @@ from wf.scheduler.outputs import (
 )
 from wf.server.dispatch_stats import dispatch_stats
 from wf.server.http_server import cancel_on_disconnect
-from wf.server.rpc import Caller, Registry
+from wf.server.rpc import Caller
 from wf.tenancy import require_namespace
-from wf.wire import scheduler_methods as declared
 from wf.wire.bounds import (
     DETAILS_BYTES_MAX,
     check_json_bytes,
@@ -119,32 +118,18 @@ from wf.wire.bounds import (
     check_text,
     invalid_params,
 )
-from wf.wire.methods import NoParams
 from wf.wire.paging import PAGE_LIMIT_DEFAULT, check_limit, decode_cursor, encode_cursor
-from wf.wire.scheduler import as_core
 from wf.wire.scheduler_methods import (
-    ActivityIdParams,
     ActivityView,
-    CancelParams,
-    CompleteParams,
     DispatchStats,
-    FailParams,
-    FencedParams,
-    HeartbeatParams,
     HeldLease,
-    HistoryParams,
-    ListWorkersParams,
-    PollParams,
     PollResult,
     QueueStats,
     RegisterResult,
-    RegisterWorkerParams,
-    RenewParams,
     ReportPoll,
     ReportResult,
     SubmitParams,
     TransitionPage,
-    WorkerIdParams,
     WorkerPage,
     WorkerView,
 )
@@ -639,10 +624,11 @@ class SchedulerAPI:
         other content is ``AlreadyExists``. So a retried submission whose first
         answer was lost (a failover) neither fails nor submits twice."""
         _check_bounds(activities)  # the bounds the wire enforces, for in-process callers too
-        return await self._submit(activities, caller)
+        return await self.submit_checked(activities, caller)
 
-    async def _submit(self, activities: list[Activity], caller: Caller) -> list[str]:
-        """:meth:`submit_activities` for activities already within :mod:`wf.wire.bounds`."""
+    async def submit_checked(self, activities: list[Activity], caller: Caller) -> list[str]:
+        """:meth:`submit_activities` for activities already within :mod:`wf.wire.bounds`
+        (the wire's decoding checked them)."""
         self._check_tenants(caller, activities)
         if not activities:
             raise InvalidArgument("submit needs at least one activity", field="activities")
@@ -813,95 +799,6 @@ class SchedulerAPI:
         return dispatch_stats(self.node, caller)
 
     # ------------------------------------------------------------ registration
-
-    def register_methods(self, registry: Registry) -> None:
-        """Attach a handler to every ``scheduler.*`` method of the wire contract."""
-
-        async def register(p: RegisterWorkerParams, c: Caller) -> RegisterResult:
-            return await self.register_worker(p.info, c, p.held)
-
-        async def heartbeat(p: HeartbeatParams, c: Caller) -> dict[str, Any]:
-            return {"revoked": await self.heartbeat(p.worker_id, p.stats, c)}
-
-        async def poll(p: PollParams, c: Caller) -> PollResult:
-            return await self.poll(p.worker_id, p.max_items, p.wait_s, c, start=p.start)
-
-        async def shutdown(p: WorkerIdParams, c: Caller) -> dict[str, int]:
-            return {"returned": await self.shutdown_worker(p.worker_id, c)}
-
-        async def start(p: FencedParams, c: Caller) -> dict[str, bool]:
-            await self.start_activity(p.activity_id, p.token, c)
-            return {"ok": True}
-
-        async def renew(p: RenewParams, c: Caller) -> dict[str, float]:
-            return {"expires_at": await self.renew_lease(p.activity_id, p.token, c, p.details)}
-
-        async def details(p: FencedParams, c: Caller) -> dict[str, bytes | None]:
-            return {"details": await self.lease_details(p.activity_id, p.token, c)}
-
-        async def complete(p: CompleteParams, c: Caller) -> ReportResult:
-            return await self.complete_activity(
-                p.activity_id,
-                p.token,
-                p.result,
-                c,
-                unreported_start=p.unreported_start,
-                poll=p.poll,
-            )
-
-        async def fail(p: FailParams, c: Caller) -> ReportResult:
-            return await self.fail_activity(
-                p.activity_id,
-                p.token,
-                p.error_type,
-                p.message,
-                p.retryable,
-                c,
-                unreported_start=p.unreported_start,
-                stack_trace=p.stack_trace,
-                poll=p.poll,
-            )
-
-        async def submit(p: SubmitParams, c: Caller) -> dict[str, list[str]]:
-            return {"activity_ids": await self._submit(as_core(p.activities), c)}
-
-        async def cancel(p: CancelParams, c: Caller) -> dict[str, bool]:
-            await self.cancel_activity(p.activity_id, p.reason, c)
-            return {"ok": True}
-
-        async def get(p: ActivityIdParams, c: Caller) -> ActivityView:
-            return await self.get_activity(p.activity_id, c)
-
-        async def history(p: HistoryParams, c: Caller) -> TransitionPage:
-            return await self.activity_history(p.activity_id, c, p.limit, p.cursor)
-
-        async def workers(p: ListWorkersParams, c: Caller) -> WorkerPage:
-            return await self.list_workers(c, p.limit, p.cursor)
-
-        async def stats(p: NoParams, c: Caller) -> QueueStats:
-            return await self.queue_stats(c)
-
-        handle = registry.handle
-        handle(declared.REGISTER_WORKER, register)
-        handle(declared.HEARTBEAT, heartbeat)
-        handle(declared.POLL, poll)
-        handle(declared.SHUTDOWN_WORKER, shutdown)
-        handle(declared.START_ACTIVITY, start)
-        handle(declared.RENEW_LEASE, renew)
-        handle(declared.LEASE_DETAILS, details)
-        handle(declared.COMPLETE_ACTIVITY, complete)
-        handle(declared.FAIL_ACTIVITY, fail)
-        handle(declared.SUBMIT_ACTIVITIES, submit)
-        handle(declared.CANCEL_ACTIVITY, cancel)
-        handle(declared.GET_ACTIVITY, get)
-        handle(declared.ACTIVITY_HISTORY, history)
-        handle(declared.LIST_WORKERS, workers)
-        handle(declared.QUEUE_STATS, stats)
-
-        async def dispatch(p: NoParams, c: Caller) -> DispatchStats:
-            return await self.dispatch_stats(c)
-
-        handle(declared.DISPATCH_STATS, dispatch)
 
 
 _REPORTED: Final = ReportResult(ok=True)

@@ -26,6 +26,7 @@ numbers is normal.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -95,15 +96,24 @@ class WarmCopy:
             del self.finished[next(iter(self.finished))]
 
     def state(self) -> StoredState:
-        """As :meth:`~wf.store.postgres.PostgresStore.load` would answer at :attr:`seq`."""
+        """As :meth:`~wf.store.postgres.PostgresStore.load` would answer at :attr:`seq`.
+
+        The copy is handed over (a take-over's last use of it): when :attr:`live`
+        is in ``seq`` order, as a full load fills it and a catch-up keeps it (an id
+        is never reused, so a new activity comes after every older one and a
+        changed one keeps its place), it goes along as the state's ``by_id``, which
+        recovery adopts as the core's activity table."""
+        activities = sorted(self.live.values(), key=operator.attrgetter("seq"))
+        in_order = all(map(operator.is_, activities, self.live.values()))
         return StoredState(
             seq=self.counters[0],
             token=self.counters[1],
             worker_seq=self.counters[2],
-            activities=sorted(self.live.values(), key=lambda a: a.seq),
+            activities=activities,
             finished=list(self.finished.items()),
             workers=sorted(self.workers.values(), key=lambda w: w.seq),
             diagnostics=list(self.diagnostics),
+            by_id=self.live if in_order else None,
         )
 
 

@@ -47,6 +47,7 @@ from typing import Any, Final, TypeVar
 from wf.activities import BUILTIN_ACTIVITIES
 from wf.client.app import STOPPED_RUN_STATUSES, App
 from wf.errors import Conflict, InvalidArgument
+from wf.flow import Flow
 from wf.scheduler.config import SchedulerConfig
 from wf.schedules import SchedulerServiceConfig, build_scheduler_service
 from wf.schedules.service import ScheduleService
@@ -270,17 +271,25 @@ class WorkflowEnvironment:
 
     async def deploy(
         self,
-        plan: Mapping[str, Any] | Plan,
+        plan: Mapping[str, Any] | Plan | Flow,
         *,
-        name: str = "flow",
+        name: str | None = None,
         version: int = 1,
         deployment: Mapping[str, Any] | None = None,
     ) -> str:
         """Create artifact ``name`` version ``version`` from ``plan`` and deploy it;
         returns the deployment id (``<name>.default`` unless ``deployment`` names
-        one). ``deployment``: further fields of the deployment body
+        one). ``plan`` is a plan (JSON builtins or a :class:`Plan`) or a
+        :class:`~wf.flow.Flow` built with ``@flow.workflow``, published as
+        ``wf deploy`` does (its plan; ``name`` defaults to its ``artifact_id``, else
+        to ``"flow"``). ``deployment``: further fields of the deployment body
         (``default_inputs``, ``name`` ...)."""
-        body = plan if isinstance(plan, Plan) else dict(plan)
+        body: Mapping[str, Any] | Plan
+        if isinstance(plan, Flow):
+            body, name = plan.to_builtins(), name or plan.artifact_id
+        else:
+            body = plan if isinstance(plan, Plan) else dict(plan)
+        name = name or "flow"
         await self.api.create_artifact_from_plan(name, version, body)
         saved = await self.api.save_deployment(
             {"artifact_id": name, "artifact_version": version, **(deployment or {})}

@@ -15,6 +15,9 @@ server can keep it with the attempt.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import os
+import sys
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -89,9 +92,45 @@ def bounded_stack_trace(text: str, length_max: int = STACK_TRACE_MAX) -> str:
     return text[:head] + marker + text[len(text) - (keep - head) :]
 
 
+_RUNNER_DIRS: Final = tuple(
+    os.path.dirname(module.__file__ or "") + os.sep
+    for module in (sys.modules[__name__], concurrent.futures, asyncio)
+)
+"""Where the frames that run an activity live, not the activity itself: this package
+(the executor), the stdlib's thread pool and asyncio. ``concurrent.futures``' folder
+is ``concurrent/futures/``, which holds ``thread.py``."""
+
+
+def _from_the_activity_inward(stack: traceback.StackSummary) -> traceback.StackSummary:
+    """``stack`` without its leading frames of the machinery that ran the activity: the
+    user's trace starts at their own function. A stack of nothing else (the worker's
+    own failure, e.g. a payload it could not decode) is kept whole."""
+    for index, frame in enumerate(stack):
+        if not frame.filename.startswith(_RUNNER_DIRS):
+            return traceback.StackSummary.from_list(list(stack)[index:]) if index else stack
+    return stack
+
+
+def format_activity_trace(exc: BaseException) -> str:
+    """``exc``'s trace as Python prints it, chained causes and contexts included, but
+    each exception's stack starting at the activity's own frames (see
+    :func:`_from_the_activity_inward`); not bounded."""
+    top = traceback.TracebackException.from_exception(exc)
+    pending = [top]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.stack = _from_the_activity_inward(current.stack)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return "".join(top.format())
+
+
 def _format_trace(exc: BaseException) -> str:
     try:
-        return bounded_stack_trace("".join(traceback.format_exception(exc)))
+        return bounded_stack_trace(format_activity_trace(exc))
     except Exception:  # a hostile __str__ or __repr__: the failure is still reported
         return ""
 

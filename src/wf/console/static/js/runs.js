@@ -72,7 +72,7 @@ export async function runList(ctx) {
       : (r.trigger ? r.trigger.kind : "—")),
     h("td", {}, time(r.created_at)),
     h("td", {}, r.finished_at && r.started_at ? duration(r.finished_at - r.started_at) : "—"),
-    h("td", {}, r.error ? `${r.error.type || r.error.code || "error"}: ${r.error.message || ""}` : (r.corrupt || ""))));
+    h("td", {}, r.error ? `${r.error.error_type || r.error.code || "error"}: ${r.error.message || ""}` : (r.corrupt || ""))));
   const next = page.next_cursor ? withQuery("/runs", {...filters, cursor: page.next_cursor}) : null;
   replace(body,
     table(["run", "status", "deployment", "tenant", "trigger", "created (UTC)", "took", "error"], rows, {testid: "runs"}),
