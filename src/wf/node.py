@@ -209,7 +209,8 @@ class SchedulerNode:
         self._untold = 0
         """Commands handled whose listeners have not been told yet (see quiescent())."""
         self.listeners: list[Callable[[Outcome], None]] = []
-        """Called with every committed outcome (the server routes decisions with it)."""
+        """Called with every committed outcome that decided or recorded something (the
+        server routes decisions with it)."""
 
     async def start(self, *, background: bool = True) -> RecoveryReport:
         """Open the store, take ownership, recover, and (optionally) start ticking and
@@ -444,7 +445,9 @@ class SchedulerNode:
         ``then`` runs only if ``make`` was accepted, right after it with nothing in
         between; its typed refusal is returned in place of its outcome (it changed
         nothing, and ``make``'s change is committed all the same). Listeners hear of
-        the two outcomes in order. A report that carries the worker's next poll uses it
+        the two as one outcome, ``make``'s decisions and records first: one commit,
+        one notification (each listener's fixed cost paid once per report, not twice).
+        A report that carries the worker's next poll uses it
         (``scheduler.leases.complete`` with ``poll``).
         """
         if self._broken is not None:
@@ -456,16 +459,19 @@ class SchedulerNode:
             second = self.core.handle(then(now))
         except WfError as exc:
             second = exc
-        told = (first,) if isinstance(second, WfError) else (first, second)
-        records = [r for o in told for r in o.records]
-        if records:
+        told = first
+        if not isinstance(second, WfError) and (second.decisions or second.records):
+            told = Outcome(
+                decisions=[*first.decisions, *second.decisions],
+                records=[*first.records, *second.records],
+            )
+        if told.records:
             self._untold += 1
             try:
-                await self._commit(Outcome(decisions=[], records=records), told)
+                await self._commit(told)
             finally:
                 self._untold -= 1
-        for outcome in told:
-            self._notify(outcome)
+        self._notify(told)
         self._wake_if_sooner(now)
         return first, second
 
@@ -478,15 +484,14 @@ class SchedulerNode:
             if wake is not None and wake < asleep_until:
                 self._wake.set()
 
-    async def _commit(self, outcome: Outcome, told: tuple[Outcome, ...] | None = None) -> None:
+    async def _commit(self, outcome: Outcome) -> None:
         """Append ``outcome``'s records and await the commit.
 
         The append runs as a task of its own: a caller cancelled mid-commit (a
         client that went away) must neither cancel an append that may already be
         committing nor leave the node unsure whether the store kept up with the
         core. The commit goes on; its failure still stops the node, and its
-        success still reaches the listeners. ``told``: the outcomes the listeners hear
-        of (default: ``outcome``), when ``outcome`` only carries their records.
+        success still reaches the listeners.
         """
         commit = asyncio.ensure_future(self.store.append(outcome.records))
         # The first callback of the commit: it runs before anyone awaiting the commit
@@ -498,8 +503,7 @@ class SchedulerNode:
         except asyncio.CancelledError:
             if not commit.done():
                 self._untold += 1
-                late = (outcome,) if told is None else told
-                commit.add_done_callback(lambda c: self._tell_late(c, late))
+                commit.add_done_callback(lambda c: self._tell_late(c, outcome))
             raise
         except WfError:
             raise
@@ -530,12 +534,11 @@ class SchedulerNode:
         if self._broken is not None:
             raise self._refusal()
 
-    def _tell_late(self, commit: asyncio.Future[None], told: tuple[Outcome, ...]) -> None:
+    def _tell_late(self, commit: asyncio.Future[None], outcome: Outcome) -> None:
         """A cancelled caller's commit ended: tell the listeners if it held."""
         self._untold -= 1
         if not commit.cancelled() and commit.exception() is None:
-            for outcome in told:
-                self._notify(outcome)
+            self._notify(outcome)
 
     def quiescent(self) -> bool:
         """Whether every command handled so far is committed and its listeners told.
@@ -649,6 +652,10 @@ class SchedulerNode:
         )
 
     def _notify(self, outcome: Outcome) -> None:
+        """Tell every listener of ``outcome``; an outcome that decided and recorded
+        nothing (a poll that found no work, a withdrawn poll) is news to none of them."""
+        if not (outcome.decisions or outcome.records):
+            return
         for listener in self.listeners:
             listener(outcome)
 

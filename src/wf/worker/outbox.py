@@ -16,6 +16,14 @@ unreachable, timeout) fails every call in it with
 :class:`~wf.errors.RpcUnavailable`; retrying is the caller's decision,
 because only the caller knows whether a retry is still meaningful.
 
+A batch goes through ``prepare`` (if given) just before it is sent: the worker
+folds the next-poll requests its reports carry into one per batch there
+(:meth:`~wf.worker.runtime.Worker._one_poll_per_batch`). ``prepare`` rewrites
+what goes on the wire only; each caller's own parameters stay as they were, so
+a call retried in a later batch is prepared afresh. Answers are handed back
+last call first, so the report carrying the folded poll takes its grants
+before any other report of its batch gives up its slot reservation.
+
 Batches in flight together are independent: the worker never has two calls
 about one lease outstanding whose order matters (a lease's start is answered
 before its report is queued; a renewal crossing a report is harmless, since
@@ -27,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -42,6 +51,8 @@ OUTBOX_IN_FLIGHT_MAX: Final = 2
 """Sender tasks, so batches on the wire at once (one travels while another commits)."""
 
 _Call = tuple[str, msgspec.Struct, "asyncio.Future[Any]"]
+Prepare = Callable[[list[tuple[str, msgspec.Struct]]], list[tuple[str, msgspec.Struct]]]
+"""Rewrites a batch's calls just before they are sent (same length, same order)."""
 
 
 class Outbox:
@@ -54,8 +65,10 @@ class Outbox:
         timeout_s: float = OUTBOX_TIMEOUT_S,
         attempt_timeout_s: float | None = None,
         in_flight_max: int = OUTBOX_IN_FLIGHT_MAX,
+        prepare: Prepare | None = None,
     ) -> None:
         self._client = client
+        self._prepare = prepare
         self._timeout_s = timeout_s
         self._attempt_timeout_s = attempt_timeout_s
         """Bound of one HTTP attempt of a batch (``None``: the client's default); a
@@ -136,9 +149,10 @@ class Outbox:
     async def _send(self, live: list[_Call]) -> None:
         try:
             async with asyncio.timeout(self._timeout_s):
-                answers = await self._client.batch(
-                    [(m, p) for m, p, _ in live], timeout_s=self._attempt_timeout_s
-                )
+                calls = [(m, p) for m, p, _ in live]
+                if self._prepare is not None:
+                    calls = self._prepare(calls)
+                answers = await self._client.batch(calls, timeout_s=self._attempt_timeout_s)
         except (WfError, TimeoutError) as exc:
             error = (
                 exc
@@ -152,7 +166,10 @@ class Outbox:
             raise
         self.batches_sent += 1
         self.calls_sent += len(live)
-        for (_, _, future), answer in zip(live, answers, strict=True):
+        # Last call first: callers resume in the order their answers are set, and a
+        # batch's folded poll rides its last report, whose grants must be taken while
+        # the other reports' slot reservations still hold (see ``prepare``).
+        for (_, _, future), answer in reversed(list(zip(live, answers, strict=True))):
             if future.done():
                 continue
             if isinstance(answer, WfError):
