@@ -193,10 +193,6 @@ def restore(
             _check_lease(core, worker, aid)
     core.waiting = {wid: core.registry.workers[wid] for wid in snap.waiting}
     core.timers = DelayedTimers.restore(snap.timers)
-    # Schedule-to-start deadlines are a function of the queued activities: re-armed.
-    for a in activities:
-        if a.schedule_to_start_s is not None and a.state is _QUEUED:
-            core.watch_start(a)
     core.limiter = RateLimiter.restore(snap.config.limits, snap.limiter)
     core.backpressure = BackpressureController.restore(snap.config.backpressure, snap.backpressure)
     core.balancer.restore(snap.balancer)
@@ -216,11 +212,14 @@ def restore(
 
 
 def _restore_queue(core: SchedulerCore, activities: list[Activity]) -> list[Activity]:
-    """Ordering lines, ready-queue lanes and lease expiries of restored activities.
+    """Ordering lines, ready-queue lanes, lease expiries and schedule-to-start deadlines
+    of restored activities, in one pass (at 10^6 activities a pass of its own costs
+    about 0.1 s: each activity is a cache miss).
 
     The result equals pushing every queued activity (without an ordering key,
     or at the head of its line) one by one with ``core._push`` in creation
-    order, and re-arming every held lease with ``core.leases.track``: lanes are
+    order, re-arming every held lease with ``core.leases.track`` and every queued
+    activity's ``schedule_to_start_s`` deadline with ``core.watch_start``: lanes are
     created in the same order, tickets are handed out in the same order, and
     the counters end the same. Only the work differs: each lane's entries are
     appended and heapified once (O(N) instead of N sifting pushes), and the
@@ -238,6 +237,7 @@ def _restore_queue(core: SchedulerCore, activities: list[Activity]) -> list[Acti
     policies = core.policies
     default_group = core.config.default_policy
     track = core.leases.track
+    watch = core.watch_start
     queued_state, leased_state, executing_state = _QUEUED, _LEASED, _EXECUTING
     # (policy, tenant, type, capabilities, priority, region) -> (the lane's heap's
     # append, its group's rank function or None if constant, the constant rank).
@@ -267,8 +267,12 @@ def _restore_queue(core: SchedulerCore, activities: list[Activity]) -> list[Acti
                 if state is leased_state or state is executing_state:
                     held.append(a)
                     track(a)
+                elif state is queued_state and a.schedule_to_start_s is not None:
+                    watch(a)
                 continue
         if state is queued_state:
+            if a.schedule_to_start_s is not None:
+                watch(a)
             slot_key = (a.policy, a.tenant, a.activity_type, a.capabilities, a.priority, a.region)
             slot = slots.get(slot_key)
             if slot is None:

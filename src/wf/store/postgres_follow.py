@@ -124,7 +124,10 @@ async def full_load(conn: Conn, finished_max: int, where: str) -> WarmCopy:
     return WarmCopy(
         seq=seq,
         counters=(stored.seq, stored.token, stored.worker_seq),
-        live={a.activity_id: a for a in stored.activities},
+        # The load's table by id, in seq order (built while it read).
+        live=stored.by_id
+        if stored.by_id is not None
+        else {a.activity_id: a for a in stored.activities},
         finished=dict(stored.finished),
         finished_max=finished_max,
         workers={w.info.worker_id: w for w in stored.workers},
