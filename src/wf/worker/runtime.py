@@ -1062,9 +1062,14 @@ class Worker:
 
     async def _settle_start_report(self, held: HeldLease, reporter: asyncio.Task[None]) -> None:
         """The activity ended: drop a start report not sent yet, or wait for the one on
-        the wire (the result must reach the server after it, never beside it)."""
+        the wire (the result must reach the server after it, never beside it).
+
+        A reporter cancelled before ``start_calling`` is set never sends (the
+        cancellation lands at its sleep), so nothing is awaited for it: the result
+        goes out without a loop turn spent on a task that only has to end."""
         if not held.start_calling:
             reporter.cancel()
+            return
         await asyncio.wait({reporter})
 
     async def _execute(self, held: HeldLease) -> Ending:
