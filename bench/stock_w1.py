@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--postgres", action="store_true", help="the PostgreSQL store")
     args = parser.parse_args(argv)
+    for name in ("tasks", "processes", "slots", "repetitions"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
     load = os.getloadavg()[0]
     runs = []
     for n in range(args.repetitions):
