@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from test_postgres_specific import (
     until,
 )
 
-from wf.errors import OwnershipLost, StoreUnavailable
+from wf.errors import OwnershipConflict, OwnershipLost, StoreUnavailable
 from wf.node import RECOVERY_BACKOFF_INITIAL_S, SchedulerNode
 from wf.scheduler import commands as cmd
 from wf.scheduler.model import Activity
@@ -168,6 +169,76 @@ def test_a_write_by_a_store_without_ownership_fences_the_owner(pg_dsn: str, pg_s
                 await owner.append(submitted("o2", 2))
             assert await stored_ids(pg_dsn, pg_schema) == {"o1", "t1"}
         finally:
+            await owner.close()
+            await tool.close()
+
+    asyncio.run(main())
+
+
+def test_a_writer_session_reconnected_after_a_takeover_confirms_nothing(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """The server's gate opens on :attr:`PostgresStore.confirmed_at`. A cut-off owner
+    that reaches PostgreSQL again after another node took over gets a new session, but
+    no lock and no fence: that must not count as a confirmation, or the deposed node
+    answers from its stale core until its next write fails."""
+
+    async def main() -> None:
+        a = await opened(pg_dsn, pg_schema)
+        b: PostgresStore | None = None
+        try:
+            await a.acquire_ownership(OWNER_A)
+            await a.append(submitted("a1", 1))
+            await terminate_writer(pg_dsn, pg_schema, owner=True)
+            b = await owned_by_b_eventually(pg_dsn, pg_schema)
+            await b.append(submitted("b1", 2))
+            silent_since = a.confirmed_at
+            with pytest.raises((OwnershipConflict, OwnershipLost)):
+                await a.prove_writable()  # a new session; b holds the lock
+            assert a._wconn is not None  # it did reconnect
+            assert a.confirmed_at == silent_since
+        finally:
+            await a.close()
+            if b is not None:
+                await b.close()
+
+    asyncio.run(main())
+
+
+def test_the_owners_ping_gives_up_ownership_once_the_fence_moved(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """The idle owner's ping confirms its session only while the fence stands where its
+    last commit left it; a write it never saw moves the fence, and the ping then loses
+    ownership instead of confirming a stale core."""
+
+    async def main() -> None:
+        owner = await opened(pg_dsn, pg_schema)
+        tool = await opened(pg_dsn, pg_schema)
+        lost: list[OwnershipLost] = []
+        owner.on_ownership_lost = lost.append
+        try:
+            await owner.acquire_ownership(OWNER_A)
+            await owner.append(submitted("o1", 1))
+            await owner.arm_liveness(1.0)  # a ping every sixth of a second when idle
+            confirmed = owner.confirmed_at
+
+            async def pinged() -> bool:
+                return owner.confirmed_at > confirmed
+
+            await until(pinged)  # the ping confirms while nothing moved
+            await tool.append(submitted("t1", 100))
+            moved_at = time.monotonic()
+
+            async def gave_up() -> bool:
+                return bool(lost)
+
+            await until(gave_up)
+            assert "fence moved" in lost[0].message
+            assert owner.epoch is None
+            assert owner.confirmed_at < moved_at
+        finally:
+            await owner.disarm_liveness()
             await owner.close()
             await tool.close()
 

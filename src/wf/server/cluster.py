@@ -24,9 +24,10 @@ from answering reads with a stale view:
   well within it.
 - *Gate.* The active stops answering (``not_leader``) once its session went
   unconfirmed for ``session_timeout_s - gate_margin_s``: before PostgreSQL could
-  have let another node in. A confirmation (any commit or ping) opens it again;
-  a gate closed for longer makes the node prove its ownership with a fenced
-  empty commit, which either succeeds or deposes it.
+  have let another node in. A confirmation (a fenced commit, or a ping that
+  finds the fence where this node's last commit left it; never a bare
+  reconnect) opens it again; a gate closed for longer makes the node prove its
+  ownership with a fenced empty commit, which either succeeds or deposes it.
 - *Deposed.* A node whose fence moved, or which finds another node holding the
   lock as it reconnects, steps down: open long polls are answered at once,
   the schedule service and run engine stop without draining (the new active's

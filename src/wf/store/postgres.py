@@ -182,6 +182,9 @@ SELECT o.host, o.pid, o.since, o.backend_pid IS NOT DISTINCT FROM (
 FROM owner o WHERE o.id = 1"""
 _SELECT_EXISTING: Final = "SELECT activity_id FROM activities WHERE activity_id = ANY(%s)"
 _FENCE: Final = "SELECT fence_advance(%s, %s), pg_current_xact_id()::text"
+_PING_FENCE: Final = "SELECT epoch, commit_seq FROM fence WHERE id = 1"
+"""The owner's idle ping: it confirms the session only while the fence is still where
+this owner's last commit left it (every write holds the writer lock, as the ping does)."""
 """The write fence (first statement of every write transaction) and the transaction's
 id (to resolve a commit whose reply was lost)."""
 _CLAIM_EPOCH: Final = """
@@ -398,7 +401,10 @@ class PostgresStore(DrivenCatalog):
         except BaseException:
             await conn.close()
             raise
-        self.confirmed_at = time.monotonic()
+        # No confirmation here: a new session holds no lock and proves nothing about
+        # the fence. Refreshing the gate on a mere reconnect let a cut-off active that
+        # reached PostgreSQL again answer from its stale core (``not_found`` for work
+        # the new active had granted) until its next write found the fence moved.
         return conn
 
     @property
@@ -480,7 +486,8 @@ class PostgresStore(DrivenCatalog):
                 try:
                     with _cut_after(conn, CLUSTER_READ_TIMEOUT_S):
                         await _bound_session(conn, session_timeout_s)
-                    self.confirmed_at = time.monotonic()
+                    if self._wconn_owns and self._epoch is not None:
+                        await self._confirm(conn, CLUSTER_READ_TIMEOUT_S)
                 except psycopg.Error:
                     await self._drop_writer()
         if self._pinger is None:
@@ -500,6 +507,26 @@ class PostgresStore(DrivenCatalog):
                 except psycopg.Error:
                     await self._drop_writer()
 
+    async def _confirm(self, conn: Conn, timeout_s: float) -> None:
+        """Refresh :attr:`confirmed_at` if the fence stands where this owner's last
+        commit left it; otherwise lose ownership (the caller holds the writer lock).
+
+        Only this, a fenced commit, or taking ownership confirms: a session that merely
+        answers proves nothing once the lock was retaken on a new session after another
+        owner (or a tool) wrote, and the gate must not reopen on a stale core."""
+        with _cut_after(conn, timeout_s):
+            cur = await conn.execute(_PING_FENCE)
+            row = await cur.fetchone()
+        if row is None or (int(row[0]), int(row[1])) != (self._epoch, self._seq):
+            self._lose(
+                "the fence moved since this node's last commit: another writer took "
+                "ownership or wrote; the node must take ownership again and reload",
+                epoch=self._epoch,
+                commit_seq=self._seq,
+            )
+            return
+        self.confirmed_at = time.monotonic()
+
     async def _stop_pinger(self) -> None:
         task, self._pinger = self._pinger, None
         if task is not None:
@@ -514,13 +541,17 @@ class PostgresStore(DrivenCatalog):
                 continue  # a commit answered meanwhile
             async with self._wlock:
                 conn = self._wconn
-                if conn is None or conn.closed or conn.broken or not self._wconn_owns:
+                if (
+                    conn is None
+                    or conn.closed
+                    or conn.broken
+                    or not self._wconn_owns
+                    or self._epoch is None  # lost: nothing left to confirm
+                ):
                     await asyncio.sleep(interval)
                     continue
                 try:
-                    with _cut_after(conn, self._liveness_s):
-                        await conn.execute("SELECT 1")
-                    self.confirmed_at = time.monotonic()
+                    await self._confirm(conn, self._liveness_s)
                 except (psycopg.Error, OSError):
                     # Unusable now; closing it is what releases the lock, and the next
                     # write reconnects (and is fenced if anybody wrote meanwhile).
