@@ -25,7 +25,7 @@ from typing import Any, Final
 import msgspec
 
 from wf.errors import Internal
-from wf.scheduler.model import Activity, ActivityState, WorkerInfo
+from wf.scheduler.model import Activity, ActivityState, TransitionReason, WorkerInfo
 from wf.scheduler.outputs import (
     ActivitySubmitted,
     LeaseRenewed,
@@ -97,8 +97,17 @@ def _submission(a: Activity) -> Activity:
 
 
 def plan_writes(records: Iterable[Record]) -> tuple[list[Step], dict[str, int]]:
-    """The ordered SQL steps for ``records`` and the counters they raise."""
+    """The ordered SQL steps for ``records`` and the counters they raise.
+
+    Every transition is one history row, but the activity row is updated once per
+    run of transitions of one activity with no other update of it in between
+    (:func:`_merged_update`): a grant committed as its start (``LEASED`` then
+    ``EXECUTING``) is one ``UPDATE``, not two.
+    """
     steps: list[Step] = []
+    updates: dict[str, int] = {}
+    """Activity id -> index in ``steps`` of its row update that a next transition of
+    the same activity may be folded into."""
     seq = token = worker_seq = 0
     for r in records:
         if type(r) is Transition:
@@ -122,8 +131,16 @@ def plan_writes(records: Iterable[Record]) -> tuple[list[Step], dict[str, int]]:
                 "stack_trace": r.stack_trace,
                 "held_worker_id": r.worker_id if held else None,
                 "held_expires_at": r.lease_expires_at if held else 0.0,
+                "queued_at": (
+                    r.at if r.to_state is ActivityState.QUEUED and r.reason != _STOLEN else None
+                ),
             }
-            steps.append(("apply_transition", params))
+            earlier = updates.get(r.activity_id)
+            if earlier is None:
+                updates[r.activity_id] = len(steps)
+                steps.append(("apply_transition", params))
+            else:
+                steps[earlier] = ("apply_transition", _merged_update(steps[earlier][1], params))
             steps.append(("insert_transition", params))
             if r.token > token:
                 token = r.token
@@ -145,6 +162,8 @@ def plan_writes(records: Iterable[Record]) -> tuple[list[Step], dict[str, int]]:
             if a.seq > seq:
                 seq = a.seq
         elif type(r) is LeaseRenewed:
+            # A renewal matches the token the last update set: nothing folds across it.
+            updates.pop(r.activity_id, None)
             steps.append(
                 (
                     "renew_lease",
@@ -183,6 +202,26 @@ def plan_writes(records: Iterable[Record]) -> tuple[list[Step], dict[str, int]]:
         if value
     }
     return steps, counters
+
+
+_STOLEN: Final = TransitionReason.STOLEN.value
+_KEPT_UNLESS_SET: Final = ("not_before", "error", "queued_at")
+"""``apply_transition`` columns a ``NULL`` parameter leaves as they are (COALESCE)."""
+
+
+def _merged_update(first: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
+    """One ``apply_transition`` with the effect of ``first`` then ``then`` on one row.
+
+    Every column the query sets outright comes from ``then``; the columns it keeps
+    when given ``NULL`` (:data:`_KEPT_UNLESS_SET`) take ``then``'s value if set,
+    else ``first``'s, which is what running both in order leaves. ``first`` is not
+    changed: it is also a history row's parameters.
+    """
+    merged = dict(then)
+    for key in _KEPT_UNLESS_SET:
+        if merged[key] is None:
+            merged[key] = first[key]
+    return merged
 
 
 _FAMILY: Final[dict[str, int]] = {

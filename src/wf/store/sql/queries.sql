@@ -13,9 +13,11 @@ INSERT INTO activities (
 );
 
 -- name: apply_transition
--- Move an activity's lifecycle columns to the state a Transition record describes.
--- queued_at moves when the core enqueues; a steal passes through 'queued' without
--- entering the queue, so it keeps queued_at (as the core does).
+-- Move an activity's lifecycle columns to the state a Transition record describes
+-- (or several transitions of one activity in a row, folded: wf.store.codec).
+-- :queued_at is the transition's instant when the core enqueued (a steal passes
+-- through 'queued' without entering the queue, so it keeps queued_at, as the core
+-- does), NULL otherwise.
 UPDATE activities SET
     state = :to_state,
     attempt = :attempt,
@@ -26,8 +28,7 @@ UPDATE activities SET
     worker_id = :held_worker_id,
     lease_expires_at = :held_expires_at,
     not_before = COALESCE(:not_before, not_before),
-    queued_at = CASE WHEN :to_state = 'queued' AND :reason <> 'stolen' THEN :at
-                     ELSE queued_at END,
+    queued_at = COALESCE(:queued_at, queued_at),
     last_error = COALESCE(:error, last_error),
     updated_at = :at
 WHERE activity_id = :activity_id;
