@@ -27,6 +27,7 @@ from aiohttp import web
 from wf.client.app import App
 from wf.client.rpc_client import RpcClient
 from wf.errors import NotFound, NotLeader, OwnershipLost, RpcUnavailable, WfError
+from wf.wire.methods import INSTANCE_HEADER
 
 TOKEN = "s3cret-token"
 TEST_BOUND_S = 20.0
@@ -51,6 +52,8 @@ class StandIn:
     tokens: list[str | None] = field(default_factory=list)
     """The ``Authorization`` header of every request."""
     url: str = ""
+    instance: str | None = None
+    """The ``WF-Instance`` header of its answers (``None``: none sent)."""
     released: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the test ends: hung requests return then."""
 
@@ -73,7 +76,8 @@ class StandIn:
         answers = [self.answer(call) for call in batch]
         if self.then is not None:
             self.mode, self.then = self.then, None
-        return web.json_response(answers)
+        headers = None if self.instance is None else {INSTANCE_HEADER: self.instance}
+        return web.json_response(answers, headers=headers)
 
     def answer(self, call: dict[str, Any]) -> dict[str, Any]:
         error: WfError
@@ -281,6 +285,28 @@ def test_errors_other_than_not_leader_are_answers_not_reasons_to_move() -> None:
                     await client.call("x.missing")
                 assert client.failovers == 0
             assert b.requests == []
+
+    run(main)
+
+
+def test_another_server_instance_at_the_same_url_counts_as_a_move() -> None:
+    """A server restarted between two calls fails none of them; its new
+    ``WF-Instance`` is what tells the client (and so a worker: register again)."""
+
+    async def main() -> None:
+        async with nodes("a") as (a,), RpcClient([a.url]) as client:
+            a.instance = "first"
+            await client.call("x.ping")
+            await client.call("x.ping")
+            assert client.failovers == 0
+            a.instance = "second"  # the same address, a new server process
+            await client.call("x.ping")
+            assert client.failovers == 1
+            await client.call("x.ping")
+            assert client.failovers == 1
+            a.instance = None  # a server that names no instance tells nothing
+            await client.call("x.ping")
+            assert client.failovers == 1
 
     run(main)
 

@@ -33,6 +33,7 @@ from _edge import (
 
 from wf.client.rpc_client import RpcClient
 from wf.errors import InvalidArgument
+from wf.server.app import WfServer
 from wf.server.config import HttpConfig
 from wf.server.http_edge import HttpEdge
 from wf.server.http_server import (
@@ -46,6 +47,7 @@ from wf.server.http_server import (
     Router,
     cancel_on_disconnect,
 )
+from wf.wire.methods import INSTANCE_HEADER
 
 INVALID_REQUEST = -32600
 BODY_MAX = 4096
@@ -185,6 +187,42 @@ def test_head_http_1_0_and_methods(tmp_path: Path) -> None:
             answer = await exchange(port, b"GET /healthz HTTP/1.0\r\n\r\n")
             assert answer.status == 200
             assert answer.json() == {"status": "ok"}
+
+    asyncio.run(scenario())
+
+
+def test_every_answer_names_the_server_instance_which_a_restart_changes(tmp_path: Path) -> None:
+    """``WF-Instance`` is on the fast JSON path, the general path and refusals alike,
+    the same for one server's life, and new after a restart on the same port."""
+
+    async def instances(server: WfServer) -> set[str]:
+        port = server.port
+        assert port is not None
+        seen = set()
+        for data in (
+            request(rpc_body()),
+            request(method=b"GET", path=b"/healthz"),
+            request(method=b"PUT"),  # a refusal
+        ):
+            seen.add((await exchange(port, data)).headers[INSTANCE_HEADER.lower()])
+        # Kept alive: the fast path of a 200 JSON answer.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request(rpc_body(), close=False))
+        async with asyncio.timeout(10.0):
+            kept = await read_response(reader)
+        writer.close()
+        assert kept.status == 200
+        seen.add(kept.headers[INSTANCE_HEADER.lower()])
+        return seen
+
+    async def scenario() -> None:
+        config = edge_config(tmp_path, _config(tmp_path))
+        async with serving(config) as first:
+            (one,) = await instances(first)
+        async with serving(config) as second:
+            (other,) = await instances(second)
+        assert len(one) == 16
+        assert one != other
 
     asyncio.run(scenario())
 

@@ -46,6 +46,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from wf.wire.methods import INSTANCE_HEADER
+
 __all__ = [
     "CONNECTIONS_MAX",
     "CONNECT_TIMEOUT_S",
@@ -97,11 +99,17 @@ class HttpTlsConnectError(HttpTlsError, HttpConnectError):
     """TLS refused the connection during the handshake: the request was not sent."""
 
 
+_INSTANCE_HEADER_LOWER: Final = INSTANCE_HEADER.lower().encode("ascii")
+_INSTANCE_HEADER_LEN: Final = len(INSTANCE_HEADER)
+
+
 class Response(NamedTuple):
     """A complete HTTP response."""
 
     status: int
     body: bytes
+    instance: bytes | None = None
+    """The wf server's :data:`~wf.wire.methods.INSTANCE_HEADER`, if it sent one."""
 
 
 class Origin(NamedTuple):
@@ -168,6 +176,7 @@ class _Connection(asyncio.Protocol):
         self.reusable = True
         self._parser = httptools.HttpResponseParser(self)
         self._body: list[bytes] = []
+        self._instance: bytes | None = None
         self._waiter: asyncio.Future[Response] | None = None
 
     # -------------------------------------------------------- asyncio protocol
@@ -197,6 +206,11 @@ class _Connection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._body = []
+        self._instance = None
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) == _INSTANCE_HEADER_LEN and name.lower() == _INSTANCE_HEADER_LOWER:
+            self._instance = value
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
@@ -209,7 +223,9 @@ class _Connection(asyncio.Protocol):
             return
         if not self._parser.should_keep_alive():
             self.reusable = False
-        waiter.set_result(Response(self._parser.get_status_code(), b"".join(self._body)))
+        waiter.set_result(
+            Response(self._parser.get_status_code(), b"".join(self._body), self._instance)
+        )
 
     # ------------------------------------------------------------------ use
 

@@ -41,7 +41,10 @@ one-call commands) gives up sooner on a call whose every attempt was refused
 outright (``connection refused``): nothing listens there, so there is no
 takeover to ride out. A TLS refusal is configuration, not a passing failure:
 a URL that refused TLS is not tried again within the call. :attr:`RpcClient.failovers`
-counts the moves, so a worker knows when it must register again.
+counts the moves, so a worker knows when it must register again; a move is also
+another server instance answering at a URL with no call failing (a server
+restarted between two calls): every wf response names its instance in the
+``WF-Instance`` header (:data:`~wf.wire.methods.INSTANCE_HEADER`).
 
 No call hangs across a failover: connecting gives up after
 :data:`~wf.client.http1.CONNECT_TIMEOUT_S`, each attempt after its timeout
@@ -358,8 +361,12 @@ class RpcClient:
         moves on or gives up): lets an interactive caller say what it is waiting for."""
         self.failovers = 0
         """How many times a call moved on from a server (followed ``not_leader`` or
-        gave up on it after a transport failure). A worker registers again when it
-        changes: it may be talking to another node now."""
+        gave up on it after a transport failure), or found another server instance
+        answering at a URL (its ``WF-Instance`` header changed: a restart, or another
+        node behind one address). A worker registers again when it changes: it may be
+        talking to another node, or a restarted one, now."""
+        self._instances: list[bytes | None] = [None] * len(self.urls)
+        """Per URL: the ``WF-Instance`` of the server that last answered there."""
 
     @property
     def url(self) -> str:
@@ -566,6 +573,13 @@ class RpcClient:
             ) from exc
         except (HttpError, OSError) as exc:
             raise _Unanswered(exc) from exc
+        instance = response.instance
+        if instance is not None and instance != self._instances[target]:
+            if self._instances[target] is not None:
+                # The same address, another server process: a move all the same,
+                # even though no call failed (a quick restart between two calls).
+                self.failovers += 1
+            self._instances[target] = instance
         if response.status == 204:
             return []
         if response.status in (200, 401):

@@ -55,6 +55,7 @@ import contextlib
 import contextvars
 import http
 import logging
+import secrets
 import ssl
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
@@ -72,6 +73,7 @@ from wf.server.http_edge import (
     parser_reason,
 )
 from wf.server.rpc import INTERNAL_ERROR, INVALID_REQUEST
+from wf.wire.methods import INSTANCE_HEADER
 
 __all__ = [
     "HEADERS_MAX",
@@ -107,7 +109,6 @@ _REASONS: Final = {s.value: s.phrase for s in http.HTTPStatus}
 _LINE_TOO_LONG: Final = "malformed HTTP request: a request or header line is too long"
 _HEAD_TOO_LARGE: Final = f"the request header is over {HEAD_BYTES_MAX} bytes"
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
-_OK_JSON: Final = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
 
 
 class Response:
@@ -395,6 +396,13 @@ class HttpServer:
         self._connections: set[_Connection] = set()
         self._draining = False
         self._all_closed = asyncio.Event()
+        self.instance = secrets.token_hex(8)
+        """This instance's :data:`~wf.wire.methods.INSTANCE_HEADER` value."""
+        self._ok_json = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            + f"{INSTANCE_HEADER}: {self.instance}\r\nContent-Length: ".encode("ascii")
+        )
+        self._instance_line = f"{INSTANCE_HEADER}: {self.instance}\r\n"
 
     def _closed(self, connection: _Connection) -> None:
         self._connections.discard(connection)
@@ -730,9 +738,12 @@ class _Connection(asyncio.Protocol):
             and request is not None
             and request.method != "HEAD"
         ):
-            transport.write(_OK_JSON + b"%d\r\n\r\n" % len(body) + body)
+            transport.write(self.server._ok_json + b"%d\r\n\r\n" % len(body) + body)
             return
-        head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"]
+        head = [
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n",
+            self.server._instance_line,
+        ]
         if response.content_type is not None:
             head.append(f"Content-Type: {response.content_type}\r\n")
         if response.headers:

@@ -30,6 +30,13 @@ import msgspec
 
 from wf.wire.views import View
 
+INSTANCE_HEADER: Final = "WF-Instance"
+"""The HTTP header every response of a wf server carries: a random id of that server
+instance, new at each start. A client that sees it change behind one URL knows
+another server process answers there now (a restart, or another node behind a load
+balancer) and counts it as a failover (``RpcClient.failovers``): a worker then
+registers again, listing its leases, whether or not any of its calls failed."""
+
 Access = Literal["worker", "read", "operate", "admin"]
 """What a method needs: a worker credential, or an admin role at this level."""
 

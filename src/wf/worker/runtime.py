@@ -51,7 +51,9 @@ active and rotates after transport failures, retrying each call for up to
 ride out a takeover inside one call); a long poll answered ``not_leader``
 is thus sent again at once to the new node. Whenever the client moved
 (:attr:`~wf.client.rpc_client.RpcClient.failovers` changed since the last
-registration), the worker registers again with ``held`` listing every lease
+registration: it followed ``not_leader``, gave up on a node after a transport
+failure, or found another server instance answering at a URL, a restart between
+two calls included), the worker registers again with ``held`` listing every lease
 it holds, running or prefetched, so the new active keeps those (with a
 fresh grace) and requeues at once the ones it granted to this worker that
 the worker never received; a long poll still open on the old node is
