@@ -182,11 +182,11 @@ SELECT o.host, o.pid, o.since, o.backend_pid IS NOT DISTINCT FROM (
 FROM owner o WHERE o.id = 1"""
 _SELECT_EXISTING: Final = "SELECT activity_id FROM activities WHERE activity_id = ANY(%s)"
 _FENCE: Final = "SELECT fence_advance(%s, %s), pg_current_xact_id()::text"
+"""The write fence (first statement of every write transaction) and the transaction's
+id (to resolve a commit whose reply was lost)."""
 _PING_FENCE: Final = "SELECT epoch, commit_seq FROM fence WHERE id = 1"
 """The owner's idle ping: it confirms the session only while the fence is still where
 this owner's last commit left it (every write holds the writer lock, as the ping does)."""
-"""The write fence (first statement of every write transaction) and the transaction's
-id (to resolve a commit whose reply was lost)."""
 _CLAIM_EPOCH: Final = """
 UPDATE fence SET epoch = epoch + 1, owner_node = %s, owner_url = %s
 WHERE id = 1 RETURNING epoch, commit_seq"""
