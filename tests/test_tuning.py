@@ -66,3 +66,52 @@ def loop_module(env_value: str | None) -> str:
 def test_run_uses_uvloop_by_default_and_the_standard_loop_on_request() -> None:
     assert loop_module(None).startswith("uvloop")
     assert loop_module("asyncio").startswith("asyncio")
+
+
+HEAP_PROBE = """
+import gc, json, sys
+from wf.tuning import recovered_heap, tune_gc
+tuned = sys.argv[1] == "tuned"
+if tuned:
+    tune_gc()
+before = gc.get_freeze_count()
+with recovered_heap():
+    off_inside = not gc.isenabled()
+    kept = [[i] for i in range(5000)]  # what recovery builds and keeps: containers
+print(json.dumps({"off_inside": off_inside, "on_after": gc.isenabled(),
+                  "frozen_by_it": gc.get_freeze_count() - before}))
+gc.disable()
+with recovered_heap():
+    pass
+print(json.dumps({"stays_off": not gc.isenabled()}))
+"""
+
+
+def heap_probe(mode: str) -> tuple[dict[str, object], dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, "-c", HEAP_PROBE, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    first, second = done.stdout.strip().splitlines()
+    return json.loads(first), json.loads(second)
+
+
+def test_recovery_in_a_tuned_process_freezes_what_it_built_and_turns_the_collector_back_on() -> (
+    None
+):
+    seen, after_off = heap_probe("tuned")
+    assert seen["off_inside"] is True
+    assert seen["on_after"] is True
+    # The 5,000 lists it built (and the list holding them) are out of every pass.
+    assert isinstance(seen["frozen_by_it"], int)
+    assert seen["frozen_by_it"] >= 5001
+    assert after_off["stays_off"] is True  # a collector turned off stays off
+
+
+def test_recovery_in_an_untuned_process_freezes_nothing_and_only_pauses_the_collector() -> None:
+    seen, after_off = heap_probe("plain")
+    assert seen == {"off_inside": True, "on_after": True, "frozen_by_it": 0}
+    assert after_off["stays_off"] is True

@@ -28,6 +28,18 @@ Only the process entry points call it (``wf-rpc-server``, ``wf worker``,
 the benchmarks); a program that embeds a local server decides for itself,
 since the collector is the whole process's.
 
+A process that called :func:`tune_gc` has also opted into
+:func:`recovered_heap`, which :class:`~wf.node.SchedulerNode` wraps around
+each recovery. Recovery builds millions of objects (10^6 activities, their
+queue entries and table slots) that all stay alive, with the collector off.
+Left in the young generation, they would be walked by the first collection
+after it (about 0.3 s per 10^6 activities, stopping the first dispatch) and
+again by every older one; frozen instead, no pass walks them and reference
+counting still frees each activity once it finishes (they hold no cycles).
+So the wrapper collects first (what is garbage then is not frozen with the
+rest) and freezes at the end. Without the opt-in it only turns the
+collector off for the duration, as before.
+
 :func:`run` is ``asyncio.run`` on uvloop (libuv's event loop, a drop-in
 asyncio loop written in Cython) where it is installed, which it is by
 default on Linux and macOS: the server and the workers spend much of each
@@ -40,9 +52,10 @@ with asyncio's debug mode).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
@@ -50,14 +63,38 @@ T = TypeVar("T")
 GC_THRESHOLDS: Final = (10_000, 10, 10)
 """Generation thresholds after tuning (CPython's default is ``(700, 10, 10)``)."""
 
+_tuned = False
+"""Whether this process called :func:`tune_gc` (see :func:`recovered_heap`)."""
+
 
 def tune_gc() -> None:
     """Freeze what booting created and make young collections rarer (see the module doc).
 
     Idempotent: calling it again freezes what was created since."""
+    global _tuned
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    _tuned = True
+
+
+@contextlib.contextmanager
+def recovered_heap() -> Iterator[None]:
+    """The collector off for the block; in a tuned process (:func:`tune_gc`), a full
+    collection before it and a freeze of what it left alive after it (see the
+    module doc). The collector's own state (on or off) is restored at the end."""
+    collecting = gc.isenabled()
+    freezing = _tuned and collecting
+    if freezing:
+        gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if freezing:
+            gc.freeze()
+        if collecting:
+            gc.enable()
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

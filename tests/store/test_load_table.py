@@ -1,12 +1,12 @@
 """A load may hand recovery the activity table it built while reading (``StoredState.by_id``).
 
-PostgreSQL's load fills ``by_id`` chunk by chunk while the server encodes the
-next chunk, and recovery adopts it as the core's activity table instead of
-building one in a pass of its own (SQLite's load leaves that to recovery:
-filled inside its row loop it cost more than the pass). Where a load hands one
-over, the table must be exactly the loaded activities (the same objects, in the
-same ``seq`` order), rows that fail closed must be out of it as they are out of
-``activities``, and the core built around it must be the core built without it.
+Both loads fill ``by_id`` as they go (PostgreSQL chunk by chunk while the server
+encodes the next chunk, SQLite in its row loop, where each activity is at hand),
+and recovery adopts it as the core's activity table instead of building one in
+a pass of its own. The table must be exactly the loaded activities (the same
+objects, in the same ``seq`` order), rows that fail closed must be out of it as
+they are out of ``activities``, and the core built around it must be the core
+built without it.
 """
 
 from __future__ import annotations
@@ -51,9 +51,7 @@ def test_the_load_table_is_the_loaded_activities_by_id_and_recovery_adopts_it(
         blocked = {"t5", "t1"} if store_factory.name == "sqlite" else {"t5"}
         assert {d.activity_id for d in stored.diagnostics} == blocked
         table = stored.by_id
-        assert (table is not None) == (store_factory.name == "postgres")
-        if table is None:
-            table = {a.activity_id: a for a in stored.activities}
+        assert table is not None
         assert list(table) == [a.activity_id for a in stored.activities]
         assert all(table[a.activity_id] is a for a in stored.activities)
         assert blocked.isdisjoint(table)

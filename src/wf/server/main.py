@@ -198,10 +198,12 @@ async def serve(config: ServerConfig, *, workers: int = 0, sample: bool = False)
     )
     server = local.server
     cluster = server.cluster
-    await local.start()
-    # Booted (recovery included): keep what lives as long as the process out of
-    # the collector's full passes (wf.tuning).
+    # Booted: keep what lives as long as the process out of the collector's full
+    # passes (wf.tuning), and opt in to freezing what recovery builds, so that
+    # no pass walks 10^6 recovered activities before the first dispatch.
     tune_gc()
+    await local.start()
+    tune_gc()  # what starting made (the listener, the routes): cheap, recovery is frozen
     report = server.recovery
     print(
         json.dumps(

@@ -124,8 +124,8 @@ class StoredState(msgspec.Struct, kw_only=True):
     """Corrupt or contradictory records found while loading."""
     by_id: dict[str, Activity] | None = None
     """``activities`` keyed by id, in the same order, when the loader already holds
-    them so (PostgreSQL's load fills it while the server encodes the next chunk; a
-    standby's warm copy keeps one): recovery adopts it as the core's activity table
+    them so (both stores' loads fill it as they go; a standby's warm copy keeps
+    one): recovery adopts it as the core's activity table
     instead of building one (at 10^6 activities building it is about half the core's
     rebuild). ``None``: recovery builds it."""
 
