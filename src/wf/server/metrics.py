@@ -337,6 +337,9 @@ class GrantLatency:
         self.node = node
         self.histogram = histogram
         self.activity_type = BoundedLabel(ACTIVITY_TYPE_LABELS_MAX)
+        self._children: dict[str, Any] = {}
+        """Label value -> its histogram child (``labels()`` takes a lock and checks the
+        values on every call; the set is bounded by :attr:`activity_type`)."""
 
     def __call__(self, outcome: Outcome) -> None:
         grants = [d for d in outcome.decisions if type(d) is LeaseGranted]
@@ -344,12 +347,16 @@ class GrantLatency:
             return
         now = self.node.clock.now()
         queued_at = self.node.reads.queued_at
+        children = self._children
         for grant in grants:
             ready_at = queued_at(grant.lease.activity_id, grant.lease.token)
             if ready_at is None:
                 continue
             label = self.activity_type(grant.activity_type)
-            self.histogram.labels(label).observe(max(0.0, now - ready_at))
+            child = children.get(label)
+            if child is None:
+                child = children[label] = self.histogram.labels(label)
+            child.observe(max(0.0, now - ready_at))
 
 
 class ServerMetrics:

@@ -115,8 +115,9 @@ def plan_writes(records: Iterable[Record]) -> tuple[list[Step], dict[str, int]]:
             params = {
                 "activity_id": r.activity_id,
                 "at": r.at,
-                "from_state": r.from_state.value,
-                "to_state": r.to_state.value,
+                # ``_value_``: the plain attribute behind ``.value``, several times cheaper.
+                "from_state": r.from_state._value_,
+                "to_state": r.to_state._value_,
                 "reason": r.reason,
                 "attempt": r.attempt,
                 "failures": r.failures,
@@ -131,9 +132,7 @@ def plan_writes(records: Iterable[Record]) -> tuple[list[Step], dict[str, int]]:
                 "stack_trace": r.stack_trace,
                 "held_worker_id": r.worker_id if held else None,
                 "held_expires_at": r.lease_expires_at if held else 0.0,
-                "queued_at": (
-                    r.at if r.to_state is ActivityState.QUEUED and r.reason != _STOLEN else None
-                ),
+                "queued_at": (r.at if r.to_state is _QUEUED and r.reason != _STOLEN else None),
             }
             earlier = updates.get(r.activity_id)
             if earlier is None:
@@ -205,6 +204,7 @@ def plan_writes(records: Iterable[Record]) -> tuple[list[Step], dict[str, int]]:
 
 
 _STOLEN: Final = TransitionReason.STOLEN.value
+_QUEUED: Final = ActivityState.QUEUED
 _KEPT_UNLESS_SET: Final = ("not_before", "error", "queued_at")
 """``apply_transition`` columns a ``NULL`` parameter leaves as they are (COALESCE)."""
 
