@@ -18,7 +18,9 @@ How each mode drives it:
   level ``info``), ``wf worker --app bench.peerlib.wf_system:stock_activities
   --max-concurrency C`` with every other default (prefetch 0, log level
   ``info``), the activity a plain ``def`` under a plain ``@activity`` (so
-  not idempotent: each start waits for ``scheduler.leases.start``), and one
+  not idempotent: on SQLite a grant into an idle slot is committed as its
+  start, on PostgreSQL each start waits for ``scheduler.leases.start``;
+  docs/server.md, "Starts and round trips"), and one
   ``App.submit_activities([Activity(...)])`` call per task, W1 included.
 * ``tuned`` -- the suite's earlier settings: the server at log level
   ``warning`` and ``durability: process`` (``wf-fsync``: ``fsync``), workers
