@@ -80,23 +80,51 @@ with recovered_heap():
     kept = [[i] for i in range(5000)]  # what recovery builds and keeps: containers
 print(json.dumps({"off_inside": off_inside, "on_after": gc.isenabled(),
                   "frozen_by_it": gc.get_freeze_count() - before}))
+before = gc.get_freeze_count()
+with recovered_heap():  # a second recovery (a reload, a later takeover)
+    again = [[i] for i in range(5000)]
+second = gc.get_freeze_count() - before
 gc.disable()
 with recovered_heap():
     pass
-print(json.dumps({"stays_off": not gc.isenabled()}))
+print(json.dumps({"stays_off": not gc.isenabled(), "second_frozen": second}))
+"""
+
+FAILED_PROBE = """
+import gc, json
+from wf.tuning import recovered_heap, tune_gc
+tune_gc()
+before = gc.get_freeze_count()
+try:
+    with recovered_heap():
+        lost = [[i] for i in range(5000)]
+        raise RuntimeError("the load failed")
+except RuntimeError:
+    pass
+failed = gc.get_freeze_count() - before
+on_after_failure = gc.isenabled()
+with recovered_heap():  # the retry that succeeds is the one frozen
+    kept = [[i] for i in range(5000)]
+print(json.dumps({"failed_frozen": failed, "on_after_failure": on_after_failure,
+                  "retry_frozen": gc.get_freeze_count() - before}))
 """
 
 
 def heap_probe(mode: str) -> tuple[dict[str, object], dict[str, object]]:
+    first, second = probe_lines(HEAP_PROBE, mode)
+    return first, second
+
+
+def probe_lines(probe: str, *args: str) -> list[dict[str, object]]:
+    """The JSON lines a probe printed in a child interpreter."""
     done = subprocess.run(
-        [sys.executable, "-c", HEAP_PROBE, mode],
+        [sys.executable, "-c", probe, *args],
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     )
-    first, second = done.stdout.strip().splitlines()
-    return json.loads(first), json.loads(second)
+    return [json.loads(line) for line in done.stdout.strip().splitlines()]
 
 
 def test_recovery_in_a_tuned_process_freezes_what_it_built_and_turns_the_collector_back_on() -> (
@@ -109,9 +137,19 @@ def test_recovery_in_a_tuned_process_freezes_what_it_built_and_turns_the_collect
     assert isinstance(seen["frozen_by_it"], int)
     assert seen["frozen_by_it"] >= 5001
     assert after_off["stays_off"] is True  # a collector turned off stays off
+    # Only the first recovery freezes: a later core may be replaced and must be freeable.
+    assert after_off["second_frozen"] == 0
+
+
+def test_a_failed_recovery_freezes_nothing_and_the_retry_that_succeeds_is_frozen() -> None:
+    (seen,) = probe_lines(FAILED_PROBE)
+    assert seen["failed_frozen"] == 0
+    assert seen["on_after_failure"] is True
+    assert isinstance(seen["retry_frozen"], int)
+    assert seen["retry_frozen"] >= 5001
 
 
 def test_recovery_in_an_untuned_process_freezes_nothing_and_only_pauses_the_collector() -> None:
     seen, after_off = heap_probe("plain")
     assert seen == {"off_inside": True, "on_after": True, "frozen_by_it": 0}
-    assert after_off["stays_off"] is True
+    assert after_off == {"stays_off": True, "second_frozen": 0}

@@ -36,8 +36,9 @@ Left in the young generation, they would be walked by the first collection
 after it (about 0.3 s per 10^6 activities, stopping the first dispatch) and
 again by every older one; frozen instead, no pass walks them and reference
 counting still frees each activity once it finishes (they hold no cycles).
-So the wrapper collects first (what is garbage then is not frozen with the
-rest) and freezes at the end. Without the opt-in it only turns the
+So the wrapper collects the young generations first (what is garbage then
+is not frozen with the rest) and freezes at the end, for the first recovery of the process only
+(see :func:`recovered_heap` why). Without the opt-in it only turns the
 collector off for the duration, as before.
 
 :func:`run` is ``asyncio.run`` on uvloop (libuv's event loop, a drop-in
@@ -65,6 +66,8 @@ GC_THRESHOLDS: Final = (10_000, 10, 10)
 
 _tuned = False
 """Whether this process called :func:`tune_gc` (see :func:`recovered_heap`)."""
+_recovery_frozen = False
+"""Whether a recovery's heap was frozen already (only the first one is)."""
 
 
 def tune_gc() -> None:
@@ -80,21 +83,38 @@ def tune_gc() -> None:
 
 @contextlib.contextmanager
 def recovered_heap() -> Iterator[None]:
-    """The collector off for the block; in a tuned process (:func:`tune_gc`), a full
-    collection before it and a freeze of what it left alive after it (see the
-    module doc). The collector's own state (on or off) is restored at the end."""
+    """The collector off for the block; in a tuned process (:func:`tune_gc`), for the
+    process's first recovery that succeeds, a collection of the young generations
+    before it and a freeze of what it left alive after it (see the module doc). The collector's
+    own state (on or off) is restored at the end.
+
+    Only the first: a core is freed by the cyclic collector (it holds bound
+    methods of itself), so a core frozen and later replaced (a reload after a
+    failed commit, a second takeover) would never be freed, with every
+    activity it holds. The first recovery is the one at boot (or a standby's
+    first takeover), whose core the boot-time freeze of :func:`tune_gc` kept
+    out of the collector's reach before this existed; later ones leave their
+    objects to the collector, which also keeps the pass before them short (no
+    full collection over a warm standby's copy during a takeover)."""
+    global _recovery_frozen
     collecting = gc.isenabled()
-    freezing = _tuned and collecting
+    freezing = _tuned and collecting and not _recovery_frozen
     if freezing:
-        gc.collect()
+        # The young generations only: the old one was collected by tune_gc at boot,
+        # and a standby's first takeover must not walk its whole warm copy.
+        gc.collect(1)
     gc.disable()
     try:
         yield
-    finally:
-        if freezing:
-            gc.freeze()
+    except BaseException:
         if collecting:
             gc.enable()
+        raise
+    if freezing:
+        gc.freeze()
+        _recovery_frozen = True
+    if collecting:
+        gc.enable()
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
