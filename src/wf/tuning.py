@@ -88,14 +88,14 @@ def recovered_heap() -> Iterator[None]:
     before it and a freeze of what it left alive after it (see the module doc). The collector's
     own state (on or off) is restored at the end.
 
-    Only the first: a core is freed by the cyclic collector (it holds bound
-    methods of itself), so a core frozen and later replaced (a reload after a
-    failed commit, a second takeover) would never be freed, with every
-    activity it holds. The first recovery is the one at boot (or a standby's
-    first takeover), whose core the boot-time freeze of :func:`tune_gc` kept
-    out of the collector's reach before this existed; later ones leave their
-    objects to the collector, which also keeps the pass before them short (no
-    full collection over a warm standby's copy during a takeover)."""
+    Only the first. A frozen object is still freed by reference counting, and
+    the core keeps no cycle of its own (``tests/scheduler/test_core_is_acyclic.py``),
+    so a frozen core that a node later replaces (a reload after a failed
+    commit, a second takeover) is freed; but a frozen object that sits in a
+    cycle never is, and a recovery builds more than the core (a policy
+    plugin's state, say). So the freeze is kept to the one recovery that
+    matters most, the one at boot or a standby's first takeover; later ones
+    leave their objects to the collector."""
     global _recovery_frozen
     collecting = gc.isenabled()
     freezing = _tuned and collecting and not _recovery_frozen

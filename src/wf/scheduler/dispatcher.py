@@ -187,22 +187,6 @@ class SchedulerCore:
         """Leases currently held (leased or executing)."""
         self._decisions: list[Decision] = []
         self._records: list[Record] = []
-        self._handlers: dict[type[Any], Callable[[Any], None]] = {
-            cmd.Submit: self._submit,
-            cmd.Cancel: self._cancel,
-            cmd.RegisterWorker: self._register_worker,
-            cmd.Heartbeat: self._heartbeat,
-            cmd.Poll: self._poll,
-            cmd.CancelPoll: self._cancel_poll,
-            cmd.StartActivity: self._start,
-            cmd.RenewLease: self._renew,
-            cmd.Complete: self._complete,
-            cmd.Fail: self._fail,
-            cmd.ShutdownWorker: self._shutdown_worker,
-            cmd.WorkersLost: self._workers_lost,
-            cmd.Tick: self._tick,
-            cmd.Recover: self._recover,
-        }
         self.metrics = CoreMetrics()
         """Counters for observability (WF-005 §25)."""
         self.log: list[cmd.Command] | None = None
@@ -219,7 +203,7 @@ class SchedulerCore:
         if self.log is not None:
             # Refused commands are logged too: a refusal is part of the decision stream.
             self.log.append(command)
-        self._handlers[type(command)](command)
+        _HANDLERS[type(command)](self, command)
         return Outcome(decisions=decisions, records=records)
 
     def next_wake_at(self, now: float) -> float | None:
@@ -1203,6 +1187,28 @@ class SchedulerCore:
         return min(times) if times else None
 
     _now: float = 0.0
+
+
+_HANDLERS: Final[dict[type[Any], Callable[[SchedulerCore, Any], None]]] = {
+    cmd.Submit: SchedulerCore._submit,
+    cmd.Cancel: SchedulerCore._cancel,
+    cmd.RegisterWorker: SchedulerCore._register_worker,
+    cmd.Heartbeat: SchedulerCore._heartbeat,
+    cmd.Poll: SchedulerCore._poll,
+    cmd.CancelPoll: SchedulerCore._cancel_poll,
+    cmd.StartActivity: SchedulerCore._start,
+    cmd.RenewLease: SchedulerCore._renew,
+    cmd.Complete: SchedulerCore._complete,
+    cmd.Fail: SchedulerCore._fail,
+    cmd.ShutdownWorker: SchedulerCore._shutdown_worker,
+    cmd.WorkersLost: SchedulerCore._workers_lost,
+    cmd.Tick: SchedulerCore._tick,
+    cmd.Recover: SchedulerCore._recover,
+}
+"""Command type -> its handler. Unbound and outside the core: a table of bound
+methods kept on the core would tie it in a reference cycle, so a core a node
+drops (a reload, a step-down) would wait for the cyclic collector, and one
+frozen out of its reach (``wf.tuning``) would never be freed."""
 
 
 def _not_yet(a: Activity, now: float) -> float | None:
