@@ -37,9 +37,9 @@ after it (about 0.3 s per 10^6 activities, stopping the first dispatch) and
 again by every older one; frozen instead, no pass walks them and reference
 counting still frees each activity once it finishes (they hold no cycles).
 So the wrapper collects the young generations first (what is garbage then
-is not frozen with the rest) and freezes at the end, for the first recovery of the process only
-(see :func:`recovered_heap` why). Without the opt-in it only turns the
-collector off for the duration, as before.
+is not frozen with the rest) and freezes at the end, for the first recovery
+of the process only (see :func:`recovered_heap` why). Without the opt-in it
+only turns the collector off for the duration, as before.
 
 :func:`run` is ``asyncio.run`` on uvloop (libuv's event loop, a drop-in
 asyncio loop written in Cython) where it is installed, which it is by
@@ -84,9 +84,9 @@ def tune_gc() -> None:
 @contextlib.contextmanager
 def recovered_heap() -> Iterator[None]:
     """The collector off for the block; in a tuned process (:func:`tune_gc`), for the
-    process's first recovery that succeeds, a collection of the young generations
-    before it and a freeze of what it left alive after it (see the module doc). The collector's
-    own state (on or off) is restored at the end.
+    process's first recovery that succeeds, a collection of the young
+    generations before it and a freeze of what it left alive after it (see the
+    module doc). The collector's own state (on or off) is restored at the end.
 
     Only the first. A frozen object is still freed by reference counting, and
     the core keeps no cycle of its own (``tests/scheduler/test_core_is_acyclic.py``),
