@@ -2,7 +2,7 @@
 
 The layers, lowest first (each may import what is below it, never above):
 
-    base          wf, wf.errors, wf.clock, wf.tuning, wf.tenancy,
+    base          wf, wf.errors, wf.clock, wf.tuning, wf.tenancy, wf.log_lines,
                   wf.wire.bounds, wf.wire.paging   (leaf modules, usable anywhere)
     wf.scheduler  the WF-005 core
     wf.store      ← wf.scheduler
@@ -40,7 +40,16 @@ from typing import Final
 SRC: Final = Path(__file__).resolve().parents[1] / "src"
 
 BASE: Final = frozenset(
-    {"wf", "wf.errors", "wf.clock", "wf.tuning", "wf.tenancy", "wf.wire.bounds", "wf.wire.paging"}
+    {
+        "wf",
+        "wf.errors",
+        "wf.clock",
+        "wf.tuning",
+        "wf.tenancy",
+        "wf.log_lines",
+        "wf.wire.bounds",
+        "wf.wire.paging",
+    }
 )
 """Leaf modules any layer may import (they import only one another)."""
 

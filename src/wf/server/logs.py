@@ -22,23 +22,23 @@ in the same command still names it.
 
 :func:`configure_logging` installs one handler on the root logger from
 ``server.observability`` (``log_format`` ``json`` or ``text``,
-``log_level``). The per-request access log (``wf.http.access``, see
-:mod:`wf.server.http_server`) is written at ``debug`` only, and aiohttp's
-(for an application embedding the server beside aiohttp) is kept at
-``warning`` unless the level is ``debug``: ``rpc.call`` lines already cover
-each call.
+``log_level``): :class:`wf.log_lines.LineHandler`, whose direct path the
+lifecycle lines take when nothing but that handler would see them (the same
+line for a fraction of the cost; see :mod:`wf.log_lines`). The per-request
+access log (``wf.http.access``, see :mod:`wf.server.http_server`) is written
+at ``debug`` only, and aiohttp's (for an application embedding the server
+beside aiohttp) is kept at ``warning`` unless the level is ``debug``:
+``rpc.call`` lines already cover each call.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from datetime import UTC, datetime
 from logging import DEBUG, INFO, WARNING
 from typing import IO, Any, Final
 
-import msgspec
-
+from wf.log_lines import JsonFormatter, LineHandler, RedactCredentials, TextFormatter, line_sink
 from wf.node import SchedulerNode
 from wf.scheduler.model import ActivityState
 from wf.scheduler.outputs import (
@@ -57,8 +57,17 @@ from wf.scheduler.outputs import (
     WorkerUpserted,
 )
 from wf.server.config import ObservabilityConfig
-from wf.server.redaction import RedactCredentials
 from wf.server.rpc import Caller
+
+__all__ = [
+    "LIFECYCLE_LOGGER",
+    "RPC_LOGGER",
+    "JsonFormatter",
+    "OutcomeLogger",
+    "RpcCallLogger",
+    "TextFormatter",
+    "configure_logging",
+]
 
 LIFECYCLE_LOGGER: Final = "wf.lifecycle"
 """Logger of activity, lease and worker lifecycle lines."""
@@ -71,62 +80,7 @@ _LEVELS: Final = {
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
-_STANDARD: Final = frozenset(
-    logging.LogRecord("", 0, "", 0, "", (), None).__dict__.keys()
-    | {"message", "asctime", "taskName", "action"}
-)
 _HANDLER_MARK: Final = "_wf_observability"
-
-
-def _extras(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
-
-
-def _time(record: logging.LogRecord) -> str:
-    return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line (see the module docstring)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._encoder = msgspec.json.Encoder(enc_hook=str)
-
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "time": _time(record),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-            "action": getattr(record, "action", "log"),
-        }
-        line.update(_extras(record))
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        elif record.exc_text:  # formatted (and scrubbed) by wf.server.redaction
-            line["exception"] = record.exc_text
-        if record.stack_info:
-            line["stack"] = self.formatStack(record.stack_info)
-        return self._encoder.encode(line).decode()
-
-
-class TextFormatter(logging.Formatter):
-    """``time level logger action: message key=value ...`` for humans."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        fields = " ".join(f"{k}={v}" for k, v in _extras(record).items())
-        action = getattr(record, "action", "log")
-        line = (
-            f"{_time(record)} {record.levelname:<7} {record.name} {action}: {record.getMessage()}"
-        )
-        if fields:
-            line = f"{line} {fields}"
-        if record.exc_info:
-            line = f"{line}\n{self.formatException(record.exc_info)}"
-        elif record.exc_text:  # formatted (and scrubbed) by wf.server.redaction
-            line = f"{line}\n{record.exc_text}"
-        return line
 
 
 def configure_logging(
@@ -134,13 +88,14 @@ def configure_logging(
 ) -> logging.Handler:
     """Install the configured handler on the root logger (replacing an earlier one)."""
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        if getattr(handler, _HANDLER_MARK, False):
-            root.removeHandler(handler)
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    for old in list(root.handlers):
+        if getattr(old, _HANDLER_MARK, False):
+            old.flush()  # its direct lines that wait
+            root.removeHandler(old)
+    formatter = JsonFormatter() if config.log_format == "json" else TextFormatter()
+    handler = LineHandler(stream if stream is not None else sys.stderr, formatter)
     setattr(handler, _HANDLER_MARK, True)
     handler.addFilter(RedactCredentials())  # no credential in any line, whoever logs it
-    handler.setFormatter(JsonFormatter() if config.log_format == "json" else TextFormatter())
     level = _LEVELS[config.log_level]
     _skip_unprinted_record_fields()
     root.addHandler(handler)
@@ -206,12 +161,17 @@ class OutcomeLogger:
         self.log = logger or logging.getLogger(LIFECYCLE_LOGGER)
         self.correlation_id = node.reads.correlation_id
         """The correlation id of an activity ("" if it has none or is unknown)."""
+        self._sink: LineHandler | None = None
 
     def _line(
         self, severity: int, action: str, message: str, /, *args: object, **fields: Any
     ) -> None:
         # Callers test the level first: most fields cost a lookup to build.
-        self.log.log(severity, message, *args, extra={"action": action, **fields}, stacklevel=2)
+        sink = self._sink
+        if sink is not None:  # the same line, without a LogRecord (wf.log_lines)
+            sink.write_line(severity, self.log.name, action, message % args, fields)
+        else:
+            self.log.log(severity, message, *args, extra={"action": action, **fields}, stacklevel=2)
 
     # fmt: off
     # One call per line kind, its fields packed: the formatter would give each
@@ -221,6 +181,7 @@ class OutcomeLogger:
         log, line = self.log, self._line
         info = log.isEnabledFor(logging.INFO)
         debug = log.isEnabledFor(logging.DEBUG)
+        self._sink = line_sink(log)
         for r in outcome.records:
             if type(r) is ActivitySubmitted and info:
                 a = r.activity

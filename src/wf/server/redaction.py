@@ -10,7 +10,8 @@ an exception message. The HTTP edge (:mod:`wf.server.http_edge`) no longer
 logs parser messages, and wf never logs headers, but a filter makes the rule
 hold for whatever a library logs tomorrow.
 
-:class:`RedactCredentials` rewrites a record before any handler formats it:
+:class:`RedactCredentials` (in :mod:`wf.log_lines`, beside the handler, so the
+worker's process uses it too) rewrites a record before any handler formats it:
 its message (arguments merged in), its traceback text and its string extra
 fields. Whatever follows ``Bearer`` or an ``Authorization`` /
 ``Proxy-Authorization`` key (``:``, ``=`` or a quoted dict key) up to the end
@@ -30,11 +31,11 @@ error, wf's included.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Final
 
-REDACTED: Final = "[redacted]"
-"""What replaces a credential."""
+from wf.log_lines import REDACTED, RedactCredentials, redact
+
+__all__ = ["LIBRARY_LOGGERS", "REDACTED", "RedactCredentials", "install_log_redaction", "redact"]
 
 LIBRARY_LOGGERS: Final = (
     "aiohttp.access",
@@ -46,59 +47,6 @@ LIBRARY_LOGGERS: Final = (
     "asyncio",
 )
 """Loggers that may quote request data, filtered at the source."""
-
-_CREDENTIAL: Final = re.compile(
-    r"""(?ix)
-    (                                               # kept: the keyword and separators
-        \bbearer\b (?:[\s:=]|\\[rnt]|%20)*           # the scheme ("Bearer ", "bearer\\r")
-      | \b(?:proxy-)?authorization\b ['"]?\s*[:=,]\s*['"]?   # a header name or a dict key
-    )
-    [^\n]+                                          # replaced: the rest of the line
-    """
-)
-_HINT: Final = re.compile(r"bearer|authorization", re.IGNORECASE)
-"""What every match of :data:`_CREDENTIAL` contains: a text without it is left as it is
-(nearly every line), at the cost of one plain search instead of the full pattern."""
-_STANDARD_ATTRIBUTES: Final = frozenset(
-    logging.LogRecord("", 0, "", 0, "", (), None).__dict__.keys() | {"message", "asctime"}
-)
-
-
-def redact(text: str) -> str:
-    """``text`` with every credential replaced (see the module docstring)."""
-    if _HINT.search(text) is None:
-        return text
-    return _CREDENTIAL.sub(lambda m: m.group(1) + REDACTED, text)
-
-
-class RedactCredentials(logging.Filter):
-    """Scrubs credentials out of a record in place; never drops one."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a broken format string: logging reports it itself
-            return True
-        cleaned = redact(message)
-        if cleaned != message or record.args:
-            record.msg, record.args = cleaned, None
-        if record.exc_info:
-            # The traceback is formatted here, once, so the text every formatter
-            # prints is the scrubbed one (formatters print ``exc_text`` when
-            # ``exc_info`` is gone).
-            text = logging.Formatter().formatException(record.exc_info)
-            record.exc_text, record.exc_info = redact(text), None
-        elif record.exc_text:
-            record.exc_text = redact(record.exc_text)
-        if record.stack_info:
-            record.stack_info = redact(record.stack_info)
-        fields = record.__dict__
-        # The extra fields only (a set difference in C, not a test per attribute).
-        for key in fields.keys() - _STANDARD_ATTRIBUTES:
-            value = fields[key]
-            if isinstance(value, str):
-                fields[key] = redact(value)
-        return True
 
 
 def install_log_redaction() -> None:

@@ -130,6 +130,7 @@ from wf.errors import (
     WfError,
     WorkerNotActive,
 )
+from wf.log_lines import line_sink
 from wf.scheduler.model import HeartbeatStats, WorkerInfo, WorkerStatus
 from wf.scheduler.outputs import LeaseGranted, LeaseRevoked
 from wf.wire.methods import MethodSpec
@@ -1206,11 +1207,16 @@ class Worker:
             "correlation_id": held.grant.correlation_id,
         }
         if isinstance(ending, Succeeded):
-            log.info(
-                "activity %s completed",
-                held.activity_id,
-                extra={"action": "lease.completed", **extra},
-            )
+            sink = line_sink(log)
+            if sink is not None:  # the same line, without a LogRecord (wf.log_lines)
+                message = f"activity {held.activity_id} completed"
+                sink.write_line(logging.INFO, log.name, "lease.completed", message, extra)
+            else:
+                log.info(
+                    "activity %s completed",
+                    held.activity_id,
+                    extra={"action": "lease.completed", **extra},
+                )
         else:
             # A warning: an activity's own failure is what an operator looks for first.
             # The trace stays with the attempt on the server (wf runs inspect --attempts).
