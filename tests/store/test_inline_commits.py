@@ -1,15 +1,18 @@
-"""SQLite's inline commits (``durability="process"``): a small append made while the
-writer thread is idle is committed on the caller's thread, and never ahead of a
-write queued before it."""
+"""SQLite's inline commits: a small append made while the writer thread is idle is
+committed on the caller's thread, and never ahead of a write queued before it; with
+``durability="fsync"`` only after an idle spell and while fsync-ed commits are quick."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from wf.scheduler.model import Activity
 from wf.scheduler.outputs import ActivitySubmitted
 from wf.store import codec
+from wf.store import sqlite as sqlite_module
 from wf.store.sqlite import (
     CHECKPOINT_EVERY_COMMITS,
     INLINE_COMMIT_STEPS_MAX,
@@ -52,13 +55,61 @@ def test_an_idle_process_store_commits_a_small_append_inline(tmp_path: Path) -> 
     asyncio.run(main())
 
 
-def test_fsync_durability_always_takes_the_writer(tmp_path: Path) -> None:
+def test_fsync_durability_commits_inline_only_the_first_append_after_an_idle_spell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async def main() -> None:
         store = SQLiteStore(tmp_path / "s", durability="fsync")
         await store.open()
         try:
+            # No commit yet: the writer has been idle since the store opened.
+            await store.append([submitted("a", 1)])
+            assert (store.inline_commits, store.commits) == (1, 1)
+            assert store.fsync_commit_s > 0.0  # the commit's duration went into the average
+            # Right after a commit (however slow this machine, within the idle spell
+            # set here): the next append is not light load, it takes the writer.
+            monkeypatch.setattr(sqlite_module, "INLINE_FSYNC_IDLE_S", 3600.0)
+            await store.append([submitted("b", 2)])
+            assert (store.inline_commits, store.commits) == (1, 2)
+            # After an idle spell again: inline.
+            monkeypatch.setattr(sqlite_module, "INLINE_FSYNC_IDLE_S", 0.0)
+            await store.append([submitted("c", 3)])
+            assert (store.inline_commits, store.commits) == (2, 3)
+        finally:
+            await store.close()
+        again = SQLiteStore(tmp_path / "s", durability="fsync")
+        await again.open()
+        try:
+            assert await stored_order(again) == ["a", "b", "c"]
+        finally:
+            await again.close()
+
+    asyncio.run(main())
+
+
+def test_a_slow_fsync_keeps_every_commit_on_the_writer_until_the_average_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def main() -> None:
+        monkeypatch.setattr(sqlite_module, "INLINE_FSYNC_IDLE_S", 0.0)
+        # Bounds far above any real commit, so the test does not depend on this disk.
+        monkeypatch.setattr(sqlite_module, "INLINE_FSYNC_COMMIT_MAX_S", 10.0)
+        store = SQLiteStore(tmp_path / "s", durability="fsync")
+        await store.open()
+        try:
+            store.fsync_commit_s = 100.0  # as if commits had taken 100 s each
             await store.append([submitted("a", 1)])
             assert (store.inline_commits, store.commits) == (0, 1)
+            # Each commit moves the average towards what commits take now.
+            assert store.fsync_commit_s < 100.0
+            for _ in range(100):  # 0.8^11 * 100 < 10: a dozen commits suffice
+                if store.fsync_commit_s < 10.0:
+                    break
+                await store.append([submitted(f"x{store.commits}", store.commits + 1)])
+                assert store.inline_commits == 0
+            assert store.fsync_commit_s < 10.0
+            await store.append([submitted("fast", store.commits + 1)])
+            assert store.inline_commits == 1
         finally:
             await store.close()
 

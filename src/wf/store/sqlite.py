@@ -104,6 +104,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +136,14 @@ CHECKPOINT_EVERY_COMMITS: Final = 256
 INLINE_COMMIT_STEPS_MAX: Final = 64
 """Largest append committed on the caller's thread when the writer is idle (see the
 module docstring): a few rows, so the event loop stalls far less than a hop costs."""
+INLINE_FSYNC_IDLE_S: Final = 0.005
+"""With ``fsync``, an append goes inline only if no commit ended this long before it:
+the first commit after an idle spell (see the module docstring)."""
+INLINE_FSYNC_COMMIT_MAX_S: Final = 0.001
+"""With ``fsync``, appends go inline only while fsync-ed commits take less than this
+on average: longer, and the loop would stall longer than the hop it saves."""
+FSYNC_COMMIT_AVERAGE_WEIGHT: Final = 0.2
+"""Weight of the newest commit in :attr:`SQLiteStore.fsync_commit_s`."""
 APPENDS_WAITING_MAX: Final = 4_096
 """Most appends queued for the writer; further callers wait for a slot first."""
 READ_MMAP_BYTES: Final = 256 * 1024 * 1024
@@ -231,6 +240,11 @@ class SQLiteStore(DrivenCatalog):
         ``_writing``); equal to ``_enqueued`` when nothing is queued or committing."""
         self.inline_commits = 0
         """Appends committed inline (see the module docstring)."""
+        self.fsync_commit_s = 0.0
+        """Moving average of the durations of fsync-ed commits, seconds (see the module
+        docstring); written by whoever commits, under ``_writing``."""
+        self._commit_ended = 0.0
+        """``time.perf_counter()`` when the last commit ended (under ``_writing``)."""
         self._commits_at_checkpoint = 0
         self._checkpoint_queued = False
         self._checkpoint_wanted = False
@@ -480,8 +494,7 @@ class SQLiteStore(DrivenCatalog):
         """Commit ``pending`` here if the writer is idle (see the module docstring)."""
         conn = self._write
         if (
-            self.durability != "process"
-            or conn is None
+            conn is None
             or len(pending.steps) > INLINE_COMMIT_STEPS_MAX
             or not self._writing.acquire(blocking=False)
         ):
@@ -489,6 +502,11 @@ class SQLiteStore(DrivenCatalog):
         try:
             if self._enqueued != self._finished:
                 return False  # an earlier write is queued or committing: keep the order
+            if self.durability == "fsync" and (
+                self.fsync_commit_s >= INLINE_FSYNC_COMMIT_MAX_S
+                or time.perf_counter() - self._commit_ended < INLINE_FSYNC_IDLE_S
+            ):
+                return False  # not light load, or a slow disk: the loop must not wait
             self._commit(conn, [pending])
             self.inline_commits += 1
             if self.commits - self._commits_at_checkpoint >= CHECKPOINT_EVERY_COMMITS:
@@ -586,6 +604,7 @@ class SQLiteStore(DrivenCatalog):
                 if value > counters.get(name, 0):
                     counters[name] = value
         q = codec.queries()
+        began = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -602,9 +621,14 @@ class SQLiteStore(DrivenCatalog):
                     conn.execute("ROLLBACK")
                 raise
         except BaseException as exc:  # the thread must outlive any failure
+            self._commit_ended = time.perf_counter()
             self._fence = f"{type(exc).__name__}: {exc}"
             _settle(batch, f"commit failed, nothing of it was stored: {self._fence}")
             return
+        self._commit_ended = ended = time.perf_counter()
+        if self.durability == "fsync":
+            weight = FSYNC_COMMIT_AVERAGE_WEIGHT
+            self.fsync_commit_s += weight * (ended - began - self.fsync_commit_s)
         self.commits += 1
         self.appends_committed += len(batch)
         _settle(batch, None)
