@@ -30,15 +30,27 @@ stored. Appends of one batch are not retried one by one, because a later
 append is computed from core state that includes the earlier ones; storing
 it without them would write contradictions.
 
-*Inline commits* (``durability="process"`` only). When nothing is queued or
-being committed, a small append (up to :data:`INLINE_COMMIT_STEPS_MAX`
-steps) is committed right on the caller's event-loop thread, under the same
-lock the writer holds while it commits, instead of waking the writer thread:
-without an fsync that commit takes tens of microseconds, while the thread
-hop after an idle spell costs 0.3-1.2 ms, most of a light-load dispatch. The
-queue keeps every other case in order: the lock is only tried, never waited
-for, and the append goes inline only if every write queued before it has
-finished (two counters, each written by one thread, compared under the lock).
+*Inline commits*. When nothing is queued or being committed, a small append
+(up to :data:`INLINE_COMMIT_STEPS_MAX` steps) is committed right on the
+caller's event-loop thread, under the same lock the writer holds while it
+commits, instead of waking the writer thread: without an fsync that commit
+takes tens of microseconds, while the thread hop after an idle spell costs
+0.3-1.2 ms, most of a light-load dispatch. The queue keeps every other case
+in order: the lock is only tried, never waited for, and the append goes
+inline only if every write queued before it has finished (two counters, each
+written by one thread, compared under the lock).
+
+With ``durability="fsync"`` an inline commit also holds the loop for its
+fsync, so it goes inline only at light load, where the hop is what a caller
+waits for: after an idle spell of the writer (no commit ended in the last
+:data:`INLINE_FSYNC_IDLE_S`) and while fsync-ed commits are quick (their
+moving average, :attr:`SQLiteStore.fsync_commit_s`, under
+:data:`INLINE_FSYNC_COMMIT_MAX_S`). Under load commits follow each other
+closely and all take the writer thread, whose group commit lets the loop go
+on while the disk syncs (tried: every idle-writer append inline cut the
+stock W1's throughput by a fifth and doubled W5's burst lateness). A slow
+disk (commits over the bound) keeps every commit on the writer thread until
+the average is back under it.
 
 *Checkpoints* run on the writer thread between the items it takes, every
 :data:`CHECKPOINT_EVERY_COMMITS` commits (an inline commit that reaches the
