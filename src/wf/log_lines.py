@@ -238,7 +238,8 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.line_formatter = formatter
         """The formatter direct lines use (the direct path is off if it is replaced)."""
         self._waiting: list[str] = []
-        self._flush_due = False
+        self._flush_loop: asyncio.AbstractEventLoop | None = None
+        """The loop on which a write of the waiting lines is due, if any."""
 
     def write_line(
         self, levelno: int, logger: str, action: str, message: str, fields: dict[str, Any]
@@ -256,15 +257,18 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
         text = self.line_formatter.format_fields(
             time.time(), levelno, logger, redact(message), action, fields
         )
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
         with self.lock:  # type: ignore[union-attr]
             self._waiting.append(text)
-            if self._flush_due:
-                return
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                loop = None
-            self._flush_due = loop is not None
+            if loop is not None:
+                if self._flush_loop is loop:
+                    return  # this turn's write is due already
+                # (A write due on another loop, one that closed before its turn
+                # ended, would never come: this one takes its lines too.)
+                self._flush_loop = loop
         if loop is None:
             self.write_waiting()
         else:
@@ -273,7 +277,7 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def write_waiting(self) -> None:
         """Write the direct lines that wait, in one write and one flush."""
         with self.lock:  # type: ignore[union-attr]
-            self._flush_due = False
+            self._flush_loop = None
             if not self._waiting:
                 return
             text = self.terminator.join(self._waiting) + self.terminator

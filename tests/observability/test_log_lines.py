@@ -125,6 +125,33 @@ def test_lines_of_one_loop_turn_are_one_write_and_come_before_a_later_record() -
     assert numbers[:6] == list(range(6))
 
 
+def test_lines_left_by_a_loop_that_closed_are_written_by_the_next_one() -> None:
+    def one_line_then_stop(loop: asyncio.AbstractEventLoop, action: str) -> None:
+        def write() -> None:
+            log, sink = _sink()
+            sink.write_line(logging.INFO, log.name, action, action, {})
+            loop.stop()  # the loop stops after this turn, before the write is due
+
+        loop.call_soon(write)
+        loop.run_forever()
+
+    with sole_handler() as stream:
+        first = asyncio.new_event_loop()
+        one_line_then_stop(first, "demo.first")
+        first.close()
+        assert stream.writes == 0
+        second = asyncio.new_event_loop()
+        try:
+            one_line_then_stop(second, "demo.second")
+            assert stream.writes == 0
+            second.run_until_complete(asyncio.sleep(0))  # its turn ends: both lines
+        finally:
+            second.close()
+        assert stream.writes == 1
+    actions = [json.loads(line)["action"] for line in stream.getvalue().splitlines()]
+    assert actions == ["demo.first", "demo.second"]
+
+
 def test_outside_a_loop_a_direct_line_is_written_at_once_and_below_the_level_dropped() -> None:
     with sole_handler(level="warning") as stream:
         log, sink = _sink()
