@@ -251,12 +251,18 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
         level it is dropped, as ``logging`` drops a record."""
         if levelno < self.level:
             return
-        for key, value in fields.items():
-            if type(value) is str and _HINT.search(value) is not None:
-                fields[key] = redact(value)
-        text = self.line_formatter.format_fields(
-            time.time(), levelno, logger, redact(message), action, fields
-        )
+        try:
+            for key, value in fields.items():
+                if type(value) is str and _HINT.search(value) is not None:
+                    fields[key] = redact(value)
+            text = self.line_formatter.format_fields(
+                time.time(), levelno, logger, redact(message), action, fields
+            )
+        except Exception:
+            # As logging does with a record it cannot format: reported on standard
+            # error, never raised into the caller (a node listener, a worker's report).
+            self.handleError(logging.makeLogRecord({"name": logger, "msg": message}))
+            return
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:

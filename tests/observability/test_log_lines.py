@@ -106,6 +106,23 @@ def test_direct_lines_are_scrubbed_like_records() -> None:
     assert line["n"] == 1
 
 
+def test_a_line_that_cannot_be_formatted_is_reported_never_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no text for this")
+
+    reported: list[logging.LogRecord | None] = []
+    monkeypatch.setattr(LineHandler, "handleError", lambda self, record: reported.append(record))
+    with sole_handler() as stream:
+        log, sink = _sink()
+        sink.write_line(logging.INFO, log.name, "demo.bad", "bad", {"value": Unprintable()})
+        sink.write_line(logging.INFO, log.name, "demo.good", "good", {})
+    assert len(reported) == 1
+    assert [json.loads(line)["action"] for line in stream.getvalue().splitlines()] == ["demo.good"]
+
+
 def test_lines_of_one_loop_turn_are_one_write_and_come_before_a_later_record() -> None:
     async def main(stream: CountingStream) -> None:
         log, sink = _sink()
