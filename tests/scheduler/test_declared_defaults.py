@@ -1,7 +1,9 @@
-"""Declared defaults: ``@activity(idempotent=..., retry=...)`` travels with the worker's
-registration (``WorkerInfo.declared``) and applies to submissions that leave the field
-unsaid, resolved against the worker holding the lease (docs/server.md, "Declared
-defaults"). Precedence: submission field > declared default > server default.
+"""Declared defaults: ``@activity(idempotent=..., retry=..., schedule_to_start_s=...)``
+travels with the worker's registration (``WorkerInfo.declared``) and applies to
+submissions that leave the field unsaid: idempotency and retry resolved against the
+worker holding the lease, the schedule-to-start timeout written into the activity when
+it is accepted (docs/server.md, "Declared defaults"). Precedence: submission field >
+declared default > server default.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from _core_helpers import T0, Driver, act, of_type
 from wf.scheduler import commands as cmd
 from wf.scheduler.config import SchedulerConfig
 from wf.scheduler.model import ActivityDefaults, ActivityState, RetryPolicy
-from wf.scheduler.outputs import ActivityFailed, LeaseGranted, RetryScheduled
+from wf.scheduler.outputs import (
+    ActivityFailed,
+    ActivitySubmitted,
+    LeaseGranted,
+    RetryScheduled,
+    Transition,
+)
+from wf.scheduler.recovery import restore, snapshot
 
 S = ActivityState
 TTL = 30.0
@@ -139,3 +148,75 @@ def test_an_unsaid_result_with_unreported_start_follows_the_declaration() -> Non
         unreported_start=True,
     )
     assert d.core.finished["a"] is S.COMPLETED
+
+
+def start_timeout(seconds: float) -> dict[str, ActivityDefaults]:
+    return {"t": ActivityDefaults(schedule_to_start_s=seconds)}
+
+
+def test_a_declared_schedule_to_start_timeout_bounds_an_unsaid_submissions_wait() -> None:
+    d = Driver()
+    d.register("w1", declared=start_timeout(5.0))
+    out = d.submit(act("a"))
+    # Written into the accepted activity and its submission record: what bounds the
+    # wait is in the store, not in whichever fleet is live at recovery.
+    (submitted,) = of_type(out.records, ActivitySubmitted)
+    assert submitted.activity.schedule_to_start_s == 5.0
+    assert d.core.next_wake_at(T0) == T0 + 5.0
+    d.now = T0 + 5.0
+    (record,) = of_type(d.do(cmd.Tick).records, Transition)
+    assert (record.from_state, record.to_state) == (S.QUEUED, S.DELAYED)
+    assert record.error == "ScheduleToStartTimeout: not started within 5 s of being queued"
+
+
+def test_the_submissions_own_schedule_to_start_wins_over_the_declaration() -> None:
+    d = Driver()
+    d.register("w1", declared=start_timeout(5.0))
+    d.submit(act("a", schedule_to_start_s=60.0))
+    assert d.core.activities["a"].schedule_to_start_s == 60.0
+
+
+def test_of_disagreeing_live_declarers_the_shortest_timeout_applies() -> None:
+    d = Driver()
+    d.register("slow", declared=start_timeout(30.0))
+    d.register("fast", declared=start_timeout(2.0))
+    d.submit(act("a"))
+    assert d.core.activities["a"].schedule_to_start_s == 2.0
+
+
+def test_a_departed_workers_declaration_no_longer_applies_to_new_submissions() -> None:
+    d = Driver()
+    d.register("w1", declared=start_timeout(5.0))
+    d.submit(act("before"))
+    d.do(cmd.ShutdownWorker, worker_id="w1")
+    d.submit(act("after"))
+    # What was accepted keeps its bound; the wait of a later one is unbounded.
+    assert d.core.activities["before"].schedule_to_start_s == 5.0
+    assert d.core.activities["after"].schedule_to_start_s is None
+
+
+def test_a_changed_registration_applies_to_submissions_accepted_after_it() -> None:
+    d = Driver()
+    d.register("w1", declared=start_timeout(5.0))
+    d.submit(act("a"))
+    d.register("w1", declared=start_timeout(9.0))
+    d.submit(act("b"))
+    assert [d.core.activities[x].schedule_to_start_s for x in "ab"] == [5.0, 9.0]
+
+
+def test_a_declaration_for_a_type_the_worker_does_not_serve_is_ignored() -> None:
+    d = Driver()
+    d.register("w1", activity_types=frozenset({"other"}), declared=start_timeout(5.0))
+    d.submit(act("a"))
+    assert d.core.activities["a"].schedule_to_start_s is None
+
+
+def test_a_declared_timeout_survives_a_restore_without_its_declarer() -> None:
+    d = Driver()
+    d.register("w1", declared=start_timeout(10.0))
+    d.submit(act("a"))
+    d.do(cmd.ShutdownWorker, worker_id="w1")
+    core = restore(snapshot(d.core))
+    assert core.next_wake_at(T0) == T0 + 10.0
+    (record,) = of_type(core.handle(cmd.Tick(now=T0 + 10.0)).records, Transition)
+    assert record.to_state is S.DELAYED

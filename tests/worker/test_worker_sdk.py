@@ -244,6 +244,21 @@ def test_activity_decorator_and_worker_validation() -> None:
         heartbeat({"x": 1})
 
 
+def test_a_declared_schedule_to_start_timeout_is_registered_and_built_into_submissions() -> None:
+    @activity(name="bounded", idempotent=True, schedule_to_start_s=30)
+    def bounded() -> None:
+        return None
+
+    declared = bounded.declared()
+    assert (declared.idempotent, declared.schedule_to_start_s) == (True, 30.0)
+    assert bounded.activity("a-1").schedule_to_start_s == 30.0
+    assert bounded.activity("a-2", schedule_to_start_s=5.0).schedule_to_start_s == 5.0
+    assert add.declared().schedule_to_start_s is None
+    for bad in (0, -1.0, float("nan"), float("inf"), 2.0**64, True, "30"):
+        with pytest.raises(InvalidArgument, match="schedule_to_start_s"):
+            activity(name="bad", schedule_to_start_s=bad)
+
+
 def test_backoff_is_exponential_capped_and_jittered_per_worker() -> None:
     a, b = Backoff("worker-a"), Backoff("worker-b")
     delays_a = [a.next_delay_s() for _ in range(20)]
@@ -357,6 +372,39 @@ def test_failure_is_retried_then_completes(tmp_path: Path) -> None:
             assert retry["error"] == "ValueError: first attempt fails"
             assert rows[-1]["to_state"] == "completed"
             assert rows[-1]["attempt"] == 2
+
+    run(main)
+
+
+def test_a_declared_schedule_to_start_timeout_bounds_a_submission_that_left_it_unsaid(
+    tmp_path: Path,
+) -> None:
+    gate = asyncio.Event()
+
+    @activity(name="one-at-a-time", schedule_to_start_s=0.2)
+    async def one_at_a_time() -> None:
+        await gate.wait()
+
+    async def main() -> None:
+        async with (
+            cluster(tmp_path) as (server, admin, recorder),
+            running(make_worker(server, [one_at_a_time], max_concurrency=1)),
+        ):
+            # Plain submissions, as App sends them: no timeout of their own.
+            await submit(admin, {"activity_id": "busy", "activity_type": "one-at-a-time"})
+            await eventually(state_is(admin, "busy", "executing"), "busy executing")
+            await submit(admin, {"activity_id": "late", "activity_type": "one-at-a-time"})
+            view = await admin.call("scheduler.activities.get", {"activity_id": "late"})
+            assert view["activity"]["schedule_to_start_s"] == 0.2
+
+            async def timed_out() -> bool:
+                rows = await history(admin, "late")
+                return any(r["reason"] == "schedule_to_start_timeout" for r in rows)
+
+            await eventually(timed_out, "the declared timeout of the waiting one")
+            assert await state(admin, "busy") == "executing"
+            gate.set()
+            await eventually(lambda: {"busy", "late"} <= set(recorder.completed()), "both")
 
     run(main)
 

@@ -113,7 +113,7 @@ from wf.scheduler.queue import Lane, ReadyQueue, WorkerSignature, worker_signatu
 from wf.scheduler.rate_limiter import RateLimitConfig, RateLimiter
 from wf.scheduler.stealing import choose_steal
 from wf.scheduler.timer import DelayedTimers, resolve_not_before
-from wf.scheduler.worker_registry import WorkerRegistry
+from wf.scheduler.worker_registry import WorkerRegistry, declared_start_timeouts
 
 S = ActivityState
 R = TransitionReason
@@ -167,6 +167,8 @@ class SchedulerCore:
         self.backpressure = BackpressureController(config.backpressure)
         self._bp_enabled = config.backpressure != BackpressureConfig()
         self.timers = DelayedTimers()
+        self._start_declared: dict[str, float] = {}
+        self._start_declared_generation = -1
         self.start_deadlines: list[tuple[float, int, str, float]] = []
         """Heap of ``(deadline, seq, activity id, queued_at)``: when an activity queued at
         ``queued_at`` with a ``schedule_to_start_s`` times out if still queued since
@@ -298,9 +300,13 @@ class SchedulerCore:
             # The shared object, as the store keeps it: an equal copy would encode
             # differently (omit_defaults compares by identity) and change the digest.
             retry = DEFAULT_RETRY
+        start_s = spec.schedule_to_start_s
+        if start_s is None:
+            start_s = self._declared_start_s(spec.activity_type)
         a = msgspec.structs.replace(
             spec,
             retry=retry,
+            schedule_to_start_s=start_s,
             state=S.READY,
             seq=self.seq,
             attempt=0,
@@ -672,6 +678,17 @@ class SchedulerCore:
         worker = self.registry.workers.get(worker_id) if worker_id is not None else None
         declared = worker.info.declared if worker is not None else None
         return declared.get(a.activity_type) if declared else None
+
+    def _declared_start_s(self, activity_type: str) -> float | None:
+        """The shortest schedule-to-start timeout a live worker serving the type
+        declares, if any. Written into the activity when it is accepted, so the
+        record says what bounds its waits and recovery reads it back, whatever the
+        fleet looks like by then (docs/server.md, "Declared defaults")."""
+        registry = self.registry
+        if self._start_declared_generation != registry.generation:
+            self._start_declared = declared_start_timeouts(registry.workers.values())
+            self._start_declared_generation = registry.generation
+        return self._start_declared.get(activity_type)
 
     def _retry_of(self, a: Activity, worker_id: str | None) -> RetryPolicy:
         """The retry policy in force for the attempt ``worker_id`` holds: the

@@ -31,7 +31,16 @@ import msgspec
 
 from wf.errors import IllegalTransition
 from wf.scheduler.timer import DelaySpec
-from wf.wire.bounds import CONCURRENCY_MAX, Count, Fraction, Id, Name, PositiveCount, Seconds
+from wf.wire.bounds import (
+    CONCURRENCY_MAX,
+    DURATION_MAX_S,
+    Count,
+    Fraction,
+    Id,
+    Name,
+    PositiveCount,
+    Seconds,
+)
 
 _NAMES_MAX: Final = 256
 """Most entries in a set or map of names (capabilities, labels, types, tenants)."""
@@ -321,6 +330,11 @@ class ActivityDefaults(
     """Declared safe to run again (``None``: not declared)."""
     retry: RetryPolicy | None = None
     """Declared retry policy (``None``: not declared)."""
+    schedule_to_start_s: Annotated[float, msgspec.Meta(gt=0.0, le=DURATION_MAX_S)] | None = None
+    """Declared schedule-to-start timeout (``None``: not declared). Unlike the other
+    two it is resolved when a submission is accepted, not against a lease holder (the
+    wait it bounds comes before any worker holds the activity): the shortest that a
+    live worker serving the type declares is written into the accepted activity."""
 
 
 _Declared = Annotated[dict[Name, ActivityDefaults], msgspec.Meta(max_length=_NAMES_MAX)]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 
 from wf.errors import InvalidArgument, NotFound
 from wf.scheduler.model import (
@@ -59,6 +60,25 @@ def validate_worker_info(info: WorkerInfo) -> None:
         )
 
 
+def declared_start_timeouts(workers: Iterable[WorkerState]) -> dict[str, float]:
+    """Activity type -> the shortest ``schedule_to_start_s`` that a live worker
+    declares for it: of several bounds on the same wait, the strictest is the one
+    every declarer agrees the wait must not exceed."""
+    shortest: dict[str, float] = {}
+    for worker in workers:
+        declared = worker.info.declared
+        if not declared or worker.status not in LIVE_WORKER_STATUSES:
+            continue
+        served = worker.info.activity_types
+        for activity_type, defaults in declared.items():
+            start_s = defaults.schedule_to_start_s
+            if start_s is not None and (served is None or activity_type in served):
+                known = shortest.get(activity_type)
+                if known is None or start_s < known:
+                    shortest[activity_type] = start_s
+    return shortest
+
+
 class WorkerRegistry:
     """Every worker the core knows, with liveness deadlines."""
 
@@ -67,6 +87,7 @@ class WorkerRegistry:
         "_deadlines",
         "_purge_armed",
         "_purges",
+        "generation",
         "misses_max",
         "retention_s",
         "seq",
@@ -79,6 +100,9 @@ class WorkerRegistry:
         """How long a departed worker is kept; ``0``: for ever."""
         self.workers: dict[str, WorkerState] = {}
         self.seq = 0
+        self.generation = 0
+        """Grows whenever a worker joins, changes its registration or departs: what
+        is derived from the live workers' registrations is stale when it moved."""
         self._deadlines: list[tuple[float, int, str]] = []
         self._armed: set[str] = set()
         self._purges: list[tuple[float, int, str]] = []
@@ -100,6 +124,7 @@ class WorkerRegistry:
             worker = WorkerState(info=info, seq=self.seq, registered_at=now, last_seen_at=now)
             self.workers[info.worker_id] = worker
             changed = True
+            self.generation += 1
         else:
             changed = worker.info != info or worker.status not in LIVE_WORKER_STATUSES
             worker.info = info
@@ -107,6 +132,8 @@ class WorkerRegistry:
                 worker.status = WorkerStatus.ACTIVE
                 worker.registered_at = now
                 worker.departed_at = None
+            if changed:
+                self.generation += 1
         self.touch(worker, now)
         return worker, changed
 
@@ -164,6 +191,7 @@ class WorkerRegistry:
         assert not worker.leases, "a departed worker holds nothing"
         worker.status = status
         worker.departed_at = now
+        self.generation += 1
         self.arm_purge(worker)
 
     def arm_purge(self, worker: WorkerState) -> None:

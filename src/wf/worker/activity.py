@@ -49,12 +49,14 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar, overload
 
 from wf.errors import InvalidArgument
 from wf.scheduler.model import Activity, ActivityDefaults, RetryPolicy
+from wf.wire.bounds import DURATION_MAX_S
 from wf.wire.payloads import decode_result as decode_result
 from wf.wire.payloads import encode_payload as encode_payload
 from wf.wire.payloads import encode_result as encode_result
@@ -111,6 +113,9 @@ class ActivityDefinition:
     """Capabilities a worker must advertise to run it."""
     retry: RetryPolicy | None = None
     """Retry policy for submissions built by :meth:`activity` (``None``: the core's default)."""
+    schedule_to_start_s: float | None = None
+    """Most seconds a submission of the type may wait in the ready queue each time it
+    is queued before the wait counts as a failed attempt (``None``: unbounded)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly (no worker, no context): handy in unit tests."""
@@ -119,7 +124,11 @@ class ActivityDefinition:
     def declared(self) -> ActivityDefaults:
         """The defaults a worker serving this type declares when it registers: the
         server applies them to submissions of the type that leave them unsaid."""
-        return ActivityDefaults(idempotent=self.idempotent, retry=self.retry)
+        return ActivityDefaults(
+            idempotent=self.idempotent,
+            retry=self.retry,
+            schedule_to_start_s=self.schedule_to_start_s,
+        )
 
     def activity(
         self,
@@ -139,6 +148,8 @@ class ActivityDefinition:
         }
         if self.retry is not None:
             spec["retry"] = self.retry
+        if self.schedule_to_start_s is not None:
+            spec["schedule_to_start_s"] = self.schedule_to_start_s
         spec.update(fields)
         return Activity(
             activity_id=activity_id,
@@ -176,6 +187,7 @@ def activity(
     idempotent: bool = False,
     capabilities: Iterable[str] = (),
     retry: RetryPolicy | None = None,
+    schedule_to_start_s: float | None = None,
 ) -> Callable[[Callable[P, R]], TypedActivity[P, R]]: ...
 
 
@@ -187,6 +199,7 @@ def activity(
     idempotent: bool = False,
     capabilities: Iterable[str] = (),
     retry: RetryPolicy | None = None,
+    schedule_to_start_s: float | None = None,
 ) -> TypedActivity[Any, Any] | Callable[[Callable[..., Any]], TypedActivity[Any, Any]]:
     """Declare an activity: ``@activity`` or ``@activity(name=..., idempotent=..., ...)``.
 
@@ -202,7 +215,22 @@ def activity(
     exception fails the attempt (its type, message and formatted stack trace
     are reported and kept with the attempt); :class:`NonRetryableError` fails
     the activity at once. See docs/server.md, "Failures and retries".
+
+    ``schedule_to_start_s`` bounds each wait in the ready queue: past it, the wait
+    counts as a failed attempt (``ScheduleToStartTimeout``, retried by the policy).
+    It is declared too, and written into submissions of the type that the server
+    accepts while a worker declaring it is live (docs/server.md, "Declared defaults").
     """
+    if schedule_to_start_s is not None and not (
+        isinstance(schedule_to_start_s, int | float)
+        and not isinstance(schedule_to_start_s, bool)
+        and math.isfinite(schedule_to_start_s)
+        and 0 < schedule_to_start_s <= DURATION_MAX_S
+    ):
+        raise InvalidArgument(
+            f"schedule_to_start_s must be a number of seconds in (0, {DURATION_MAX_S:g}]",
+            field="schedule_to_start_s",
+        )
 
     def wrap(f: Callable[..., Any]) -> TypedActivity[Any, Any]:
         if isinstance(f, ActivityDefinition):
@@ -221,6 +249,9 @@ def activity(
             idempotent=idempotent,
             capabilities=frozenset(capabilities),
             retry=retry,
+            schedule_to_start_s=(
+                float(schedule_to_start_s) if schedule_to_start_s is not None else None
+            ),
         )
 
     return wrap(fn) if fn is not None else wrap
