@@ -194,6 +194,9 @@ HOSTILE_SUBMISSIONS: list[tuple[dict[str, Any], str]] = [
     ({"payload": _b64(b"\xff")}, "payload"),
     ({"payload": _b64(b"[" * 100 + b"]" * 100)}, "payload"),
     ({"token": 2**64}, "token"),
+    ({"start_to_close_s": 0}, "start_to_close_s"),
+    ({"start_to_close_s": 1e308}, "start_to_close_s"),
+    ({"schedule_to_start_s": -1}, "schedule_to_start_s"),
 ]
 
 
@@ -211,6 +214,11 @@ def test_values_the_store_cannot_hold_are_refused_and_later_writes_still_commit(
         )
         await wire.refused(
             "scheduler.workers.register", {"info": {"worker_id": "w\x00"}}, "info.worker_id"
+        )
+        await wire.refused(
+            "scheduler.workers.register",
+            {"info": {"worker_id": "w", "declared": {"t": {"start_to_close_s": 1e308}}}},
+            "info.declared",
         )
         await wire.refused(
             "scheduler.workers.poll", {"worker_id": "w\x00", "wait_s": 0}, "worker_id"

@@ -257,6 +257,15 @@ def test_a_declared_schedule_to_start_timeout_is_registered_and_built_into_submi
     for bad in (0, -1.0, float("nan"), float("inf"), 2.0**64, True, "30"):
         with pytest.raises(InvalidArgument, match="schedule_to_start_s"):
             activity(name="bad", schedule_to_start_s=bad)
+        with pytest.raises(InvalidArgument, match="start_to_close_s"):
+            activity(name="bad", start_to_close_s=bad)
+
+    @activity(name="limited", start_to_close_s=2.5)
+    def limited() -> None:
+        return None
+
+    assert limited.declared().start_to_close_s == 2.5
+    assert limited.activity("l-1").start_to_close_s == 2.5
 
 
 def test_backoff_is_exponential_capped_and_jittered_per_worker() -> None:
@@ -405,6 +414,39 @@ def test_a_declared_schedule_to_start_timeout_bounds_a_submission_that_left_it_u
             assert await state(admin, "busy") == "executing"
             gate.set()
             await eventually(lambda: {"busy", "late"} <= set(recorder.completed()), "both")
+
+    run(main)
+
+
+def test_a_declared_execution_timeout_revokes_and_cancels_an_attempt_that_runs_too_long(
+    tmp_path: Path,
+) -> None:
+    cancelled: list[str] = []
+
+    @activity(name="too-slow", start_to_close_s=0.3, retry=RetryPolicy(max_attempts=1))
+    async def too_slow() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(activity_info().activity_id)
+            raise
+
+    async def main() -> None:
+        async with (
+            cluster(tmp_path) as (server, admin, recorder),
+            running(make_worker(server, [too_slow])) as worker,
+        ):
+            # A plain submission: the limit is the one the worker's code declares.
+            await submit(admin, {"activity_id": "slow-1", "activity_type": "too-slow"})
+            await eventually(lambda: "slow-1" in recorder.failed(), "the timeout")
+            await eventually(lambda: cancelled == ["slow-1"], "the attempt cancelled")
+            failed = recorder.failed()["slow-1"]
+            assert (failed.error_type, failed.reason, failed.may_have_executed) == (
+                "StartToCloseTimeout",
+                "retries_exhausted",
+                True,
+            )
+            assert worker.counters.completed == 0
 
     run(main)
 

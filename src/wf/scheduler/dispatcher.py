@@ -113,7 +113,11 @@ from wf.scheduler.queue import Lane, ReadyQueue, WorkerSignature, worker_signatu
 from wf.scheduler.rate_limiter import RateLimitConfig, RateLimiter
 from wf.scheduler.stealing import choose_steal
 from wf.scheduler.timer import DelayedTimers, resolve_not_before
-from wf.scheduler.worker_registry import WorkerRegistry, declared_start_timeouts
+from wf.scheduler.worker_registry import (
+    WorkerRegistry,
+    declared_start_timeouts,
+    declares_run_limits,
+)
 
 S = ActivityState
 R = TransitionReason
@@ -168,12 +172,17 @@ class SchedulerCore:
         self._bp_enabled = config.backpressure != BackpressureConfig()
         self.timers = DelayedTimers()
         self._start_declared: dict[str, float] = {}
+        self._declares_run_limits = False
         self._start_declared_generation = -1
         self.start_deadlines: list[tuple[float, int, str, float]] = []
         """Heap of ``(deadline, seq, activity id, queued_at)``: when an activity queued at
         ``queued_at`` with a ``schedule_to_start_s`` times out if still queued since
         then. Entries of activities that were leased (or queued again) meanwhile are
         stale and dropped when they come up; recovery rebuilds the heap."""
+        self.run_deadlines: list[tuple[float, int, str, float]] = []
+        """Heap of ``(deadline, token, activity id, limit)``: when the attempt holding
+        lease ``token`` exceeds its ``start_to_close_s`` (``limit``). Entries of
+        attempts that ended meanwhile are stale and dropped when they come up."""
         self.key_lines: dict[str, deque[Activity]] = {}
         """Ordering key -> every unfinished activity with that key, in creation order.
 
@@ -219,6 +228,8 @@ class SchedulerCore:
         ]
         if self.start_deadlines:
             candidates.append(self.start_deadlines[0][0])
+        if self.run_deadlines:
+            candidates.append(self.run_deadlines[0][0])
         if self.waiting and self.queue.depth:
             candidates.append(self._blocked_until(now))
         times = [t for t in candidates if t is not None]
@@ -281,6 +292,14 @@ class SchedulerCore:
             raise InvalidArgument("deadline must be finite", activity_id=aid, field="deadline")
         if a.not_before is not None and not math.isfinite(a.not_before):
             raise InvalidArgument("not_before must be finite", activity_id=aid, field="not_before")
+        for name, limit in (
+            ("schedule_to_start_s", a.schedule_to_start_s),
+            ("start_to_close_s", a.start_to_close_s),
+        ):
+            if limit is not None and not (math.isfinite(limit) and limit > 0):
+                raise InvalidArgument(
+                    f"{name} must be a positive number of seconds", activity_id=aid, field=name
+                )
         r = a.retry
         if r is DEFAULT_RETRY:
             return  # The shared default is valid; most submissions use it.
@@ -532,6 +551,76 @@ class SchedulerCore:
                 RetryScheduled(activity_id=a.activity_id, attempt=a.attempt + 1, not_before=due)
             )
 
+    def _run_limit(self, a: Activity) -> float | None:
+        """The attempt's ``start_to_close_s``: the submission's, else the holder's."""
+        limit = a.start_to_close_s
+        if limit is None:
+            declared = self._declared(a, a.worker_id)
+            if declared is not None:
+                limit = declared.start_to_close_s
+        return limit
+
+    def _watch_run(self, a: Activity, now: float) -> None:
+        """Arm the execution timeout of an attempt that starts at ``now`` (if it has one)."""
+        if a.start_to_close_s is None:
+            self._refresh_declared()
+            if not self._declares_run_limits:
+                return  # the hot path: nothing to bound
+        limit = self._run_limit(a)
+        if limit is not None:
+            heapq.heappush(self.run_deadlines, (now + limit, a.token, a.activity_id, limit))
+
+    def _run_timeouts(self, now: float) -> None:
+        """Time out every attempt executing past its ``start_to_close_s``: the lease is
+        revoked (its holder cancels the code) and the attempt counts as failed,
+        retried by the policy in force for it or failed for good. Its outcome is
+        unknown (the code may have had effects, and code that ignores cancellation
+        may still run), so a final failure says ``may_have_executed``."""
+        heap = self.run_deadlines
+        while heap and heap[0][0] <= now:
+            _, token, activity_id, limit = heapq.heappop(heap)
+            a = self.activities.get(activity_id)
+            if a is None or a.token != token or a.state is not _EXECUTING:
+                continue  # the attempt ended (or its lease did) since: a stale entry
+            retry = self._retry_of(a, a.worker_id)
+            self._revoke(a, R.START_TO_CLOSE_TIMEOUT)
+            a.failures += 1
+            error_type = "StartToCloseTimeout"
+            message = f"not finished within {limit:g} s of starting"
+            error = a.last_error = f"{error_type}: {message}"
+            if error_type in retry.non_retryable_errors or a.failures >= retry.max_attempts:
+                reason = (
+                    R.NON_RETRYABLE
+                    if error_type in retry.non_retryable_errors
+                    else R.RETRIES_EXHAUSTED
+                )
+                self._fail_for_good(a, reason, now, error_type, message, True)
+                continue
+            delay = retry_delay_s(a, retry)
+            due = now + delay
+            if delay > 0:
+                self._to(a, S.DELAYED, R.START_TO_CLOSE_TIMEOUT, now, not_before=due, error=error)
+                self.timers.add(a.activity_id, due, a.seq)
+            else:
+                self._enqueue(a, R.START_TO_CLOSE_TIMEOUT, now, error)
+            self.metrics.retries += 1
+            self._decisions.append(
+                RetryScheduled(activity_id=a.activity_id, attempt=a.attempt + 1, not_before=due)
+            )
+
+    def watch_runs(self, now: float) -> None:
+        """Arm the execution timeout of every executing attempt that has none armed
+        (after recovery from the store, which keeps no start instant: the limit then
+        counts from ``now``, the recovery, as a recovered worker's heartbeat grace does)."""
+        armed = {token for _, token, _, _ in self.run_deadlines}
+        for worker in self.registry.workers.values():
+            for activity_id, token in worker.leases.items():
+                a = self.activities[activity_id]
+                if a.state is _EXECUTING and token not in armed:
+                    limit = self._run_limit(a)
+                    if limit is not None:
+                        heapq.heappush(self.run_deadlines, (now + limit, token, activity_id, limit))
+
     def _unqueue(self, a: Activity) -> None:
         """Take a QUEUED activity out of its lane."""
         # A waiting member of an ordering line has no queue entry; _finish
@@ -549,6 +638,7 @@ class SchedulerCore:
             )
         a.attempt += 1
         self._to(a, _EXECUTING, R.STARTED, c.now)
+        self._watch_run(a, c.now)
 
     def _renew(self, c: cmd.RenewLease) -> None:
         a = self._get_fenced(c.activity_id, c.token, c.now)
@@ -684,11 +774,17 @@ class SchedulerCore:
         declares, if any. Written into the activity when it is accepted, so the
         record says what bounds its waits and recovery reads it back, whatever the
         fleet looks like by then (docs/server.md, "Declared defaults")."""
+        self._refresh_declared()
+        return self._start_declared.get(activity_type)
+
+    def _refresh_declared(self) -> None:
+        """Bring what is derived from the workers' declarations up to date."""
         registry = self.registry
         if self._start_declared_generation != registry.generation:
-            self._start_declared = declared_start_timeouts(registry.workers.values())
+            workers = registry.workers.values()
+            self._start_declared = declared_start_timeouts(workers)
+            self._declares_run_limits = declares_run_limits(workers)
             self._start_declared_generation = registry.generation
-        return self._start_declared.get(activity_type)
 
     def _retry_of(self, a: Activity, worker_id: str | None) -> RetryPolicy:
         """The retry policy in force for the attempt ``worker_id`` holds: the
@@ -923,6 +1019,8 @@ class SchedulerCore:
             self._enqueue(self.activities[activity_id], R.TIMER, now)
         if self.start_deadlines:
             self._start_timeouts(now)
+        if self.run_deadlines:
+            self._run_timeouts(now)
         for activity_id, token, expires_at in self.leases.pop_expired(now):
             a = self.activities.get(activity_id)
             if (
@@ -963,6 +1061,7 @@ class SchedulerCore:
                 registry.touch(worker, max(now, worker.last_seen_at))
             for aid in worker.leases:
                 self._grace(activities[aid], until, now)
+        self.watch_runs(now)
         self.waiting.clear()
         self._tick(cmd.Tick(now=now))
 
@@ -1110,6 +1209,7 @@ class SchedulerCore:
             worker.start_demand -= 1
             a.attempt += 1
             self._to(a, _EXECUTING, R.STARTED, now)
+            self._watch_run(a, now)
         worker.leases[a.activity_id] = lease.token
         worker.demand -= 1
         if worker.demand <= 0 or worker.free_slots <= 0:

@@ -139,6 +139,10 @@ class TransitionReason(enum.StrEnum):
     """``queued -> delayed``: it waited in the ready queue longer than its
     ``schedule_to_start_s``, a failed attempt to be retried (``queued -> failed`` when
     that was the last attempt: :attr:`RETRIES_EXHAUSTED`)."""
+    START_TO_CLOSE_TIMEOUT = "start_to_close_timeout"
+    """``executing -> delayed | queued``: the attempt ran longer than its
+    ``start_to_close_s``; its lease is revoked and it counts as a failed attempt to be
+    retried (``executing -> failed`` when that was the last: :attr:`RETRIES_EXHAUSTED`)."""
     MAY_HAVE_EXECUTED = "may_have_executed"
     """``executing -> failed``: the lease was lost mid-execution and the activity may
     not run twice (neither idempotent nor ``restart_on_abandon``)."""
@@ -264,6 +268,12 @@ class Activity(msgspec.Struct, kw_only=True, gc=False, forbid_unknown_fields=Tru
     """Most seconds it may wait in the ready queue for a worker each time it is queued:
     past that, the waiting counts as a failed attempt (``ScheduleToStartTimeout``,
     retryable: the retry policy applies). ``None``: it waits as long as it takes."""
+    start_to_close_s: float | None = None
+    """Most seconds one attempt may execute, from its start: past that, the server
+    revokes the lease (its worker cancels the code) and the attempt counts as failed
+    (``StartToCloseTimeout``, retryable: the retry policy applies). ``None``: as the
+    lease holder declares (:attr:`ActivityDefaults.start_to_close_s`), else unbounded
+    (the lease TTL bounds a holder's silence, not an attempt's length)."""
 
     state: ActivityState = ActivityState.READY
     """Current lifecycle state."""
@@ -335,6 +345,9 @@ class ActivityDefaults(
     two it is resolved when a submission is accepted, not against a lease holder (the
     wait it bounds comes before any worker holds the activity): the shortest that a
     live worker serving the type declares is written into the accepted activity."""
+    start_to_close_s: Annotated[float, msgspec.Meta(gt=0.0, le=DURATION_MAX_S)] | None = None
+    """Declared execution timeout of one attempt (``None``: not declared), resolved
+    against the lease holder when the attempt starts, like the other two."""
 
 
 _Declared = Annotated[dict[Name, ActivityDefaults], msgspec.Meta(max_length=_NAMES_MAX)]

@@ -117,6 +117,9 @@ class CoreSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Load-balancer cursor."""
     policies: dict[str, dict[str, Any]]
     """Policy group -> policy state."""
+    run_deadlines: list[tuple[float, int, str, float]] = msgspec.field(default_factory=list)
+    """Armed execution timeouts (``SchedulerCore.run_deadlines``). A snapshot built from
+    the store has none: ``Recover`` arms them from the recovery instant."""
 
 
 def snapshot(core: SchedulerCore) -> CoreSnapshot:
@@ -142,6 +145,7 @@ def snapshot(core: SchedulerCore) -> CoreSnapshot:
         backpressure=core.backpressure.snapshot(),
         balancer=core.balancer.snapshot(),
         policies={name: p.snapshot() for name, p in core.policies.items()},
+        run_deadlines=list(core.run_deadlines),
     )
 
 
@@ -193,6 +197,8 @@ def restore(
             _check_lease(core, worker, aid)
     core.waiting = {wid: core.registry.workers[wid] for wid in snap.waiting}
     core.timers = DelayedTimers.restore(snap.timers)
+    core.run_deadlines = list(snap.run_deadlines)
+    heapq.heapify(core.run_deadlines)
     core.limiter = RateLimiter.restore(snap.config.limits, snap.limiter)
     core.backpressure = BackpressureController.restore(snap.config.backpressure, snap.backpressure)
     core.balancer.restore(snap.balancer)

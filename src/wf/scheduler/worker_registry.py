@@ -79,6 +79,17 @@ def declared_start_timeouts(workers: Iterable[WorkerState]) -> dict[str, float]:
     return shortest
 
 
+def declares_run_limits(workers: Iterable[WorkerState]) -> bool:
+    """Whether any live worker declares a ``start_to_close_s`` for a type it serves (if
+    none does, an attempt without its own limit has none to look up)."""
+    return any(
+        defaults.start_to_close_s is not None
+        for worker in workers
+        if worker.info.declared and worker.status in LIVE_WORKER_STATUSES
+        for defaults in worker.info.declared.values()
+    )
+
+
 class WorkerRegistry:
     """Every worker the core knows, with liveness deadlines."""
 

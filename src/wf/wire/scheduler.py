@@ -51,6 +51,7 @@ class WireActivity(Activity, kw_only=True, gc=False, forbid_unknown_fields=True)
     not_before: Instant | None = None
     payload: Payload = b""
     schedule_to_start_s: Annotated[float, msgspec.Meta(gt=0.0, le=DURATION_MAX_S)] | None = None
+    start_to_close_s: Annotated[float, msgspec.Meta(gt=0.0, le=DURATION_MAX_S)] | None = None
     seq: NonNegI64 = 0
     attempt: NonNegI64 = 0
     failures: NonNegI64 = 0

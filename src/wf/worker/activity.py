@@ -116,6 +116,9 @@ class ActivityDefinition:
     schedule_to_start_s: float | None = None
     """Most seconds a submission of the type may wait in the ready queue each time it
     is queued before the wait counts as a failed attempt (``None``: unbounded)."""
+    start_to_close_s: float | None = None
+    """Most seconds one attempt may execute before the server revokes its lease and
+    counts it as failed (``None``: unbounded)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly (no worker, no context): handy in unit tests."""
@@ -128,6 +131,7 @@ class ActivityDefinition:
             idempotent=self.idempotent,
             retry=self.retry,
             schedule_to_start_s=self.schedule_to_start_s,
+            start_to_close_s=self.start_to_close_s,
         )
 
     def activity(
@@ -150,6 +154,8 @@ class ActivityDefinition:
             spec["retry"] = self.retry
         if self.schedule_to_start_s is not None:
             spec["schedule_to_start_s"] = self.schedule_to_start_s
+        if self.start_to_close_s is not None:
+            spec["start_to_close_s"] = self.start_to_close_s
         spec.update(fields)
         return Activity(
             activity_id=activity_id,
@@ -176,6 +182,22 @@ class TypedActivity(ActivityDefinition, Generic[P, R_co]):
         def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
 
 
+def _seconds_or_none(name: str, value: object) -> float | None:
+    """A timeout of ``@activity`` as seconds, or :class:`InvalidArgument` naming it."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 < value <= DURATION_MAX_S
+    ):
+        return float(value)
+    raise InvalidArgument(
+        f"{name} must be a number of seconds in (0, {DURATION_MAX_S:g}]", field=name
+    )
+
+
 @overload
 def activity(fn: Callable[P, R], /) -> TypedActivity[P, R]: ...
 
@@ -188,6 +210,7 @@ def activity(
     capabilities: Iterable[str] = (),
     retry: RetryPolicy | None = None,
     schedule_to_start_s: float | None = None,
+    start_to_close_s: float | None = None,
 ) -> Callable[[Callable[P, R]], TypedActivity[P, R]]: ...
 
 
@@ -200,6 +223,7 @@ def activity(
     capabilities: Iterable[str] = (),
     retry: RetryPolicy | None = None,
     schedule_to_start_s: float | None = None,
+    start_to_close_s: float | None = None,
 ) -> TypedActivity[Any, Any] | Callable[[Callable[..., Any]], TypedActivity[Any, Any]]:
     """Declare an activity: ``@activity`` or ``@activity(name=..., idempotent=..., ...)``.
 
@@ -220,17 +244,14 @@ def activity(
     counts as a failed attempt (``ScheduleToStartTimeout``, retried by the policy).
     It is declared too, and written into submissions of the type that the server
     accepts while a worker declaring it is live (docs/server.md, "Declared defaults").
+
+    ``start_to_close_s`` bounds each attempt's execution: past it, the server
+    revokes the lease (async code is cancelled; sync code sees
+    :func:`is_cancelled`) and the attempt fails with ``StartToCloseTimeout``,
+    retried by the policy. Declared too, for the leases of the declaring worker.
     """
-    if schedule_to_start_s is not None and not (
-        isinstance(schedule_to_start_s, int | float)
-        and not isinstance(schedule_to_start_s, bool)
-        and math.isfinite(schedule_to_start_s)
-        and 0 < schedule_to_start_s <= DURATION_MAX_S
-    ):
-        raise InvalidArgument(
-            f"schedule_to_start_s must be a number of seconds in (0, {DURATION_MAX_S:g}]",
-            field="schedule_to_start_s",
-        )
+    start_s = _seconds_or_none("schedule_to_start_s", schedule_to_start_s)
+    run_s = _seconds_or_none("start_to_close_s", start_to_close_s)
 
     def wrap(f: Callable[..., Any]) -> TypedActivity[Any, Any]:
         if isinstance(f, ActivityDefinition):
@@ -249,9 +270,8 @@ def activity(
             idempotent=idempotent,
             capabilities=frozenset(capabilities),
             retry=retry,
-            schedule_to_start_s=(
-                float(schedule_to_start_s) if schedule_to_start_s is not None else None
-            ),
+            schedule_to_start_s=start_s,
+            start_to_close_s=run_s,
         )
 
     return wrap(fn) if fn is not None else wrap
