@@ -306,17 +306,27 @@ def test_mistyped_lifecycle_columns_fail_closed(tmp_path: Path) -> None:
         await store.append(
             core.handle(cmd.RegisterWorker(now=T0, info=WorkerInfo(worker_id="w"))).records
         )
-        acts = tuple(Activity(activity_id=f"m{i}", activity_type="t") for i in range(3))
+        acts = tuple(Activity(activity_id=f"m{i}", activity_type="t") for i in range(6))
         await store.append(core.handle(cmd.Submit(now=T0, activities=acts)).records)
         await store.append(core.handle(cmd.Poll(now=T0, worker_id="w", max_items=1)).records)
         raw = sqlite3.connect(tmp_path / "scheduler.db", isolation_level=None)
         raw.execute("UPDATE activities SET attempt = 'many' WHERE activity_id = 'm0'")
         raw.execute("UPDATE activities SET queued_at = 'soon' WHERE activity_id = 'm1'")
+        raw.execute("UPDATE activities SET not_before = x'00' WHERE activity_id = 'm2'")
+        raw.execute("UPDATE activities SET token = 'one' WHERE activity_id = 'm3'")
+        raw.execute("UPDATE activities SET state = 'bogus' WHERE activity_id = 'm4'")
         raw.close()
         stored = await store.load()
-        assert sorted(d.activity_id or "" for d in stored.diagnostics) == ["m0", "m1"]
-        assert all(d.kind == "malformed_row" for d in stored.diagnostics)
-        assert [a.activity_id for a in stored.activities] == ["m2"]
+        malformed = [d for d in stored.diagnostics if d.kind == "malformed_row"]
+        by_id = {d.activity_id: d.message for d in malformed}
+        assert sorted(by_id) == ["m0", "m1", "m2", "m3", "m4"]
+        # A text token also sorts above every number, so the token counter is behind.
+        assert {d.kind for d in stored.diagnostics} == {"malformed_row", "counter_behind"}
+        assert "bad queued_at 'soon'" in by_id["m1"]
+        assert "not_before b'\\x00'" in by_id["m2"]
+        assert "bad token 'one'" in by_id["m3"]
+        assert "unknown state 'bogus'" in by_id["m4"]
+        assert [a.activity_id for a in stored.activities] == ["m5"]
         await store.close()
 
     asyncio.run(main())

@@ -79,28 +79,21 @@ def _decode_one(spec: object) -> Activity | str:
         return f"spec blob is not a valid Activity ({type(exc).__name__}: {exc})"
 
 
-_LIVE_STATES: Final = tuple(s for s in ActivityState if s not in TERMINAL_STATES)
-_STATE_OF_KIND: Final = tuple(s for s in _LIVE_STATES for _leased_ever in (0, 1))
-"""``kind`` (see :data:`_SELECT_LIVE`) -> state: ``kind = 2 * state index + leased_ever``."""
+_LIVE_STATE_OF: Final = {s.value: s for s in ActivityState if s not in TERMINAL_STATES}
+"""A live state's column value -> the state (the query selects no other)."""
 
 _SELECT_LIVE: Final = (
-    "SELECT activity_id, spec, queued_at, not_before, "
-    "CASE WHEN typeof(queued_at) = 'real' AND typeof(not_before) IN ('real', 'null') "
-    "THEN (CASE state "
-    + " ".join(f"WHEN '{s.value}' THEN {i}" for i, s in enumerate(_LIVE_STATES))
-    + " END) * 2 + (token <> 0) END AS kind "
+    "SELECT activity_id, spec, queued_at, not_before, state, token "
     "FROM activities WHERE state NOT IN ('completed', 'failed', 'cancelled') ORDER BY seq"
 )
 """Unfinished activities in creation order (the ``activities_live`` index: the WHERE
 clause must stay the index's), for recovery.
 
-``kind`` folds the state, its column types and ``leased_ever`` (token != 0)
-into one small integer, ``NULL`` when a value is unknown or mistyped: SQLite
-checks them where they lie, and Python gets a cached small int instead of a
-state string to allocate and three values to type-check per row (about 0.1 s
-of the ~1.9 s load of 10^6 rows; the fetch itself, ~1 s, is mostly the
-sqlite3 module building row tuples). A ``NULL`` kind is re-read by id to say
-what is wrong (:func:`_why_malformed`)."""
+Plain columns only: at 10^6 rows an SQL expression that folded the state and the
+column types into one small integer (``CASE state WHEN ...``, ``typeof``) cost
+more inside SQLite (about 0.8 s) than the per-row dict lookup and type tests in
+Python that replace it (about 0.15 s). A row whose state, types or token are
+wrong is re-read by id to say what is wrong (:func:`_why_malformed`)."""
 
 
 def _live_activities(
@@ -121,7 +114,8 @@ def _live_activities(
     """
     out: list[Activity] = []
     touched: dict[str, Activity] = {}
-    state_of = _STATE_OF_KIND
+    state_of = _LIVE_STATE_OF.get
+    real, integer = float, int  # locals: the loop below runs once per activity
     append = out.append
     spec_of = operator.itemgetter(1)
     cursor = conn.execute(_SELECT_LIVE)
@@ -139,17 +133,26 @@ def _live_activities(
                 else:
                     decoded.append(one)
         start = len(out)
-        for (aid, _spec, queued_at, not_before, kind), a in zip(batch, decoded, strict=True):
+        for (aid, _spec, queued_at, not_before, state, token), a in zip(
+            batch, decoded, strict=True
+        ):
             if a is None:
                 continue
-            if kind is None or a.activity_id != aid:
+            live = state_of(state)
+            if (
+                live is None
+                or type(queued_at) is not real
+                or (not_before is not None and type(not_before) is not real)
+                or type(token) is not integer
+                or a.activity_id != aid
+            ):
                 what = _why_malformed(conn, aid, a)
                 diagnostics.append(_malformed("activities", str(aid), what, str(aid)))
                 continue
-            a.state = state_of[kind]
+            a.state = live
             a.queued_at = queued_at
             a.not_before = not_before
-            if kind & 1:
+            if token:
                 touched[aid] = a
             append(a)
         added = out[start:]  # in one C-level update: no bytecode per activity
@@ -163,7 +166,8 @@ def _live_activities(
 
 
 def _why_malformed(conn: sqlite3.Connection, aid: object, a: Activity) -> str:
-    """What is wrong with a live row :data:`_SELECT_LIVE` gave no kind, or whose spec
+    """What is wrong with a live row of :data:`_SELECT_LIVE` whose state, column types or
+    token are wrong, or whose spec
     names another activity (the rare path: re-read in the same read transaction)."""
     if a.activity_id != aid:
         return f"spec blob names activity {a.activity_id!r}"
