@@ -97,7 +97,23 @@ def doomed() -> None:
     raise PermanentProblem(f"{activity_id} cannot succeed")
 
 
-TEST_ACTIVITIES: list[ActivityDefinition] = [*BUILTIN_ACTIVITIES, meet, flaky, doomed]
+@activity(name="stall_once", idempotent=True)
+async def stall_once() -> dict[str, int]:
+    """Hangs on its first execution (until cancelled), returns on the next."""
+    activity_id = activity_info().activity_id
+    ATTEMPTS[activity_id] = count = ATTEMPTS.get(activity_id, 0) + 1
+    if count == 1:
+        await asyncio.Event().wait()
+    return {"succeeded_on": count}
+
+
+TEST_ACTIVITIES: list[ActivityDefinition] = [
+    *BUILTIN_ACTIVITIES,
+    meet,
+    flaky,
+    doomed,
+    stall_once,
+]
 
 
 @pytest.fixture(autouse=True)
@@ -460,6 +476,32 @@ def test_retries_follow_the_node_retry_policy(make_server: ServerFactory) -> Non
     assert attempt["outcome"].startswith("failed")
     assert attempt["error"] == "PermanentProblem: run-000003.f cannot succeed"
     assert ATTEMPTS["run-000003.f"] == 1
+
+
+def test_a_node_timeout_fails_the_attempt_that_outlives_it_and_the_retry_completes(
+    make_server: ServerFactory,
+) -> None:
+    plan = retry_plan("stall_once", {**FAST_RETRY, "max_attempts": 2})
+    plan["nodes"][0]["timeout_s"] = 0.3
+
+    async def main() -> View:
+        async with make_server() as server:
+            deployment = await deploy(server, "stall", plan)
+            started = await server.api.start_run(deployment)
+            return await wait_for_status(
+                inspector(server, started["run_id"]), {"completed", "failed"}
+            )
+
+    view = asyncio.run(main())
+    assert view["status"] == "completed", view
+    assert view["output"] == {"result": {"succeeded_on": 2}}
+    [node] = view["trace"]
+    first, second = node["attempts"]
+    # The scheduler ends the attempt (the node's timeout is its start_to_close_s).
+    assert first["error"] == "StartToCloseTimeout: not finished within 0.3 s of starting"
+    assert first["finished_at"] - first["started_at"] >= 0.3
+    assert second["outcome"] == "completed"
+    assert ATTEMPTS["run-000001.f"] == 2
 
 
 def test_interrupt_rejects_a_bad_answer_and_resumes_with_a_good_one(

@@ -362,6 +362,7 @@ def _submission(run: Run, node: ActivityNode | MapNode, key: str, args: Any) -> 
         retry=node.retry,
         payload=encode_payload(**args),
         schedule_to_start_s=node.schedule_to_start_s,
+        start_to_close_s=node.timeout_s,
     )
 
 

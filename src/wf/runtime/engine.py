@@ -12,14 +12,16 @@ idempotent by a deterministic id (``run-000001.<node>``, and
 ``run-000001.<node>.<i>`` for item ``i`` of a map node, matched on its own).
 
 The engine learns of activity results from the node's committed outcomes (a
-listener): completions carry the result, failures carry the cause, and the
-scheduler's transitions to ``executing`` arm node timeouts. Events queue and
+listener): completions carry the result, failures carry the cause. A node's
+``timeout_s`` is its activity's ``start_to_close_s``, which the scheduler
+enforces itself (it revokes the lease and fails the attempt), so an attempt
+that outlived it arrives as any failed attempt does. Events queue and
 one task applies them in order, each under the run's lock, so an API call
 (``resume_run``, ``cancel_run``) never interleaves with an event of the same
 run. The scheduler persists a completion's result with its transition, so an
 event lost to a crash is found again in the activity's history.
 
-Timers (timer nodes, run deadlines, node timeouts) sit in one heap. The
+Timers (timer nodes, run deadlines) sit in one heap. The
 background loop sleeps until the earliest or until an event arrives;
 :meth:`RunEngine.poll` does one pass at the clock's current instant, which is
 what tests on a virtual clock call.
@@ -109,28 +111,23 @@ log = logging.getLogger("wf.runtime")
 
 WAKE_INTERVAL_MAX_S: Final = 1.0
 """Longest the loop sleeps without looking at the clock."""
-TIMEOUT_ERROR_TYPE: Final = "ActivityTimeout"
-"""Error type of an attempt that outlived its node's ``timeout_s``."""
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class _Timer:
     due: float
     seq: int
-    kind: str  # "node" (timer node), "deadline" (run), "timeout" (activity attempt)
+    kind: str  # "node" (timer node), "deadline" (run)
     run_id: str
     node_id: str = ""
-    token: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class _Event:
-    kind: str  # "completed", "failed", "cancelled", "executing"
+    kind: str  # "completed", "failed", "cancelled"
     activity_id: str
-    at: float
     result: bytes = b""
     error: RunError | None = None
-    token: int = 0
 
 
 class RunEngine:
@@ -467,10 +464,10 @@ class RunEngine:
         queued = self._events.qsize()
         for d in outcome.decisions:
             if type(d) is ActivityCompleted and node_of_activity(d.activity_id) is not None:
-                self._events.put_nowait(_Event("completed", d.activity_id, 0.0, result=d.result))
+                self._events.put_nowait(_Event("completed", d.activity_id, result=d.result))
             elif type(d) is ActivityFailed and node_of_activity(d.activity_id) is not None:
                 self._events.put_nowait(
-                    _Event("failed", d.activity_id, 0.0, error=_failure(d, d.activity_id))
+                    _Event("failed", d.activity_id, error=_failure(d, d.activity_id))
                 )
             elif (
                 type(d) is ActivityCancelled
@@ -478,14 +475,7 @@ class RunEngine:
                 and d.origin is not CancelOrigin.RUN
                 and node_of_activity(d.activity_id) is not None
             ):
-                self._events.put_nowait(_Event("cancelled", d.activity_id, 0.0))
-        for r in outcome.records:
-            if (
-                type(r) is Transition
-                and r.to_state is ActivityState.EXECUTING
-                and node_of_activity(r.activity_id) is not None
-            ):
-                self._events.put_nowait(_Event("executing", r.activity_id, r.at, token=r.token))
+                self._events.put_nowait(_Event("cancelled", d.activity_id))
         if self._events.qsize() != queued:
             # Only news wakes the loop: most outcomes concern no run at all.
             self._wake.set()
@@ -502,7 +492,7 @@ class RunEngine:
         return None
 
     def next_timer_at(self) -> float | None:
-        """The earliest armed timer (timer node, run deadline, node timeout)."""
+        """The earliest armed timer (timer node, run deadline)."""
         return self._timers[0].due if self._timers else None
 
     async def poll(self) -> int:
@@ -621,16 +611,9 @@ class RunEngine:
             if run.final:
                 return
             now = self.clock.now()
-            if event.kind != "executing":
-                state = dag.activity_state(run, node_id)  # a node's, or a map item's
-                if state is None or state.status is not NodeStatus.SUBMITTED:
-                    return  # already applied (recovery found it first) or not ours
-            if event.kind == "executing":
-                node = _node(plan, node_id)
-                if node is not None and node.timeout_s is not None:
-                    due = event.at + node.timeout_s
-                    self._arm(_Timer(due, 0, "timeout", run_id, node_id, event.token))
-                return
+            state = dag.activity_state(run, node_id)  # a node's, or a map item's
+            if state is None or state.status is not NodeStatus.SUBMITTED:
+                return  # already applied (recovery found it first) or not ours
             if event.kind == "completed":
                 output, bad = _decode_result(event.result, node_id)
                 if bad is not None:
@@ -697,9 +680,6 @@ class RunEngine:
             self._live.pop(run_id, None)
 
     async def _apply_timer(self, timer: _Timer, now: float) -> None:
-        if timer.kind == "timeout":
-            await self._time_out(timer)
-            return
         async with self._locks[timer.run_id]:
             held = self._live.get(timer.run_id)
             if held is None:
@@ -717,23 +697,6 @@ class RunEngine:
                     return
                 effects = dag.timer_fired(run, plan, timer.node_id, now)
             await self._commit(run, plan, effects)
-
-    async def _time_out(self, timer: _Timer) -> None:
-        """An attempt outlived its node's timeout: fail that attempt (retried per policy)."""
-        activity_id = f"{timer.run_id}.{timer.node_id}"
-        if self.node.reads.attempt(activity_id) != (ActivityState.EXECUTING, timer.token):
-            return
-        with contextlib.suppress(Conflict, NotFound):
-            await self.node.execute(
-                lambda now: cmd.Fail(
-                    now=now,
-                    activity_id=activity_id,
-                    token=timer.token,
-                    error_type=TIMEOUT_ERROR_TYPE,
-                    message=f"attempt ran past the node's timeout ({timer.due:.3f})",
-                    retryable=True,
-                )
-            )
 
     # ------------------------------------------------------------ recovery
 
@@ -844,13 +807,7 @@ class RunEngine:
         state = dag.activity_state(run, node_id)
         assert state is not None
         activity_id = state.activity_id or f"{run.run_id}.{node_id}"
-        live = self.node.reads.attempt(activity_id)
-        if live is not None:
-            node = _node(plan, node_id)
-            live_state, token = live
-            if live_state is ActivityState.EXECUTING and node is not None and node.timeout_s:
-                # The attempt's start time died with the old process; give it a full period.
-                self._arm(_Timer(now + node.timeout_s, 0, "timeout", run.run_id, node_id, token))
+        if self.node.reads.attempt(activity_id) is not None:
             return dag.Effects()
         history = await self.store.history(activity_id)
         if not history:
