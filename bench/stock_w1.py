@@ -10,9 +10,15 @@ processes with their defaults, a plain ``@activity`` def, one
 first, then the worker processes start; throughput = tasks / (last start -
 the instant the workers were ready, or the first start if earlier), as in
 ``peers.py``. Beside it, the CPU time (user + system, from ``/proc``) the
-server and each worker used per task over the same span: on a shared machine
-this moves far less than the throughput, so judge a change by it, and
-alternate old and new trees (A B B A) on the same machine::
+server and each worker used per task: on a shared machine this moves far
+less than the throughput, so judge a change by it, and alternate old and new
+trees (A B B A) on the same machine. The span is all of the dispatch, which
+begins while the workers are still starting (the first worker to register
+takes tasks before the second is up): the server's CPU counts from just
+before the workers start; a worker's counts from its birth, less what one
+worker of the same shape costs to boot and register with nothing to do
+(measured in the same run, once the queue is drained, by starting one
+more)::
 
     uv run python bench/stock_w1.py                 # 10,000 tasks, 2 x 4, 3 repetitions
     uv run python bench/stock_w1.py --postgres      # the PostgreSQL store
@@ -61,25 +67,26 @@ def one_run(tasks: int, processes: int, slots: int, postgres: bool) -> dict[str,
         system.setup(Path(tmp) / "system", recorder)
         try:
             system.enqueue_noop(list(task_ids("w1", tasks)))
+            assert system.server is not None
+            server_before = cpu_s(system.server.pid)
             system.start_workers(processes, slots)
             ready = time.time()
-            assert system.server is not None
-            pids = {"server": system.server.pid} | {
-                name: proc.pid for name, proc in system.workers.items()
-            }
-            before = {name: cpu_s(pid) for name, pid in pids.items()}
+            pids = {name: proc.pid for name, proc in system.workers.items()}
             while recorder.count() < tasks:
                 time.sleep(0.02)
-            after = {name: cpu_s(pid) for name, pid in pids.items()}
+            server_s = cpu_s(system.server.pid) - server_before
+            born = {name: cpu_s(pid) for name, pid in pids.items()}
+            system.start_workers(1, slots)  # the queue is drained: this one only boots
+            (idle,) = (proc.pid for name, proc in system.workers.items() if name not in pids)
+            boot_s = cpu_s(idle)
         finally:
             system.teardown()
         starts = recorder.starts().values()
     elapsed = max(starts) - min(ready, min(starts))
-    spent = {name: after[name] - before[name] for name in pids}
-    workers = sum(v for name, v in spent.items() if name != "server")
+    workers = sum(max(0.0, spent - boot_s) for spent in born.values())
     return {
         "throughput_per_s": round(tasks / elapsed, 1),
-        "server_cpu_us_per_task": round(spent["server"] / tasks * 1e6, 1),
+        "server_cpu_us_per_task": round(server_s / tasks * 1e6, 1),
         "worker_cpu_us_per_task": round(workers / tasks * 1e6, 1),
     }
 
