@@ -530,25 +530,14 @@ class SchedulerCore:
             if a is None or a.state is not _QUEUED or a.queued_at != queued_at:
                 continue  # leased, finished or queued again since: a stale entry
             self._unqueue(a)
-            retry = self._retry_of(a, None)
-            a.failures += 1
-            message = f"not started within {a.schedule_to_start_s:g} s of being queued"
-            error_type = "ScheduleToStartTimeout"
-            error = a.last_error = f"{error_type}: {message}"
-            if error_type in retry.non_retryable_errors or a.failures >= retry.max_attempts:
-                reason = (
-                    R.NON_RETRYABLE
-                    if error_type in retry.non_retryable_errors
-                    else R.RETRIES_EXHAUSTED
-                )
-                self._fail_for_good(a, reason, now, error_type, message, False)
-                continue
-            due = now + retry_delay_s(a, retry)
-            self._to(a, S.DELAYED, R.SCHEDULE_TO_START_TIMEOUT, now, not_before=due, error=error)
-            self.timers.add(a.activity_id, due, a.seq)
-            self.metrics.retries += 1
-            self._decisions.append(
-                RetryScheduled(activity_id=a.activity_id, attempt=a.attempt + 1, not_before=due)
+            self._attempt_failed(
+                a,
+                self._retry_of(a, None),
+                now,
+                "ScheduleToStartTimeout",
+                f"not started within {a.schedule_to_start_s:g} s of being queued",
+                R.SCHEDULE_TO_START_TIMEOUT,
+                wait_at_least_a_tick=True,
             )
 
     def _run_limit(self, a: Activity) -> float | None:
@@ -584,31 +573,17 @@ class SchedulerCore:
                 continue  # the attempt ended (or its lease did) since: a stale entry
             retry = self._retry_of(a, a.worker_id)
             self._revoke(a, R.START_TO_CLOSE_TIMEOUT)
-            a.failures += 1
-            error_type = "StartToCloseTimeout"
-            message = f"not finished within {limit:g} s of starting"
-            error = a.last_error = f"{error_type}: {message}"
-            if error_type in retry.non_retryable_errors or a.failures >= retry.max_attempts:
-                reason = (
-                    R.NON_RETRYABLE
-                    if error_type in retry.non_retryable_errors
-                    else R.RETRIES_EXHAUSTED
-                )
-                self._fail_for_good(a, reason, now, error_type, message, True)
-                continue
-            delay = retry_delay_s(a, retry)
-            due = now + delay
-            if delay > 0:
-                self._to(a, S.DELAYED, R.START_TO_CLOSE_TIMEOUT, now, not_before=due, error=error)
-                self.timers.add(a.activity_id, due, a.seq)
-            else:
-                self._enqueue(a, R.START_TO_CLOSE_TIMEOUT, now, error)
-            self.metrics.retries += 1
-            self._decisions.append(
-                RetryScheduled(activity_id=a.activity_id, attempt=a.attempt + 1, not_before=due)
+            self._attempt_failed(
+                a,
+                retry,
+                now,
+                "StartToCloseTimeout",
+                f"not finished within {limit:g} s of starting",
+                R.START_TO_CLOSE_TIMEOUT,
+                may_have_executed=True,
             )
 
-    def watch_runs(self, now: float) -> None:
+    def _watch_runs(self, now: float) -> None:
         """Arm the execution timeout of every executing attempt that has none armed
         (after recovery from the store, which keeps no start instant: the limit then
         counts from ``now``, the recovery, as a recovered worker's heartbeat grace does)."""
@@ -695,32 +670,82 @@ class SchedulerCore:
         a = self._get_executing(c.activity_id, c.token, now, c.unreported_start)
         retry = self._retry_of(a, a.worker_id)
         self._release(a)
-        a.failures += 1
-        error = f"{c.error_type}: {c.message}" if c.message else c.error_type
-        a.last_error = error
-        trace = c.stack_trace or None
-        if not c.retryable or c.error_type in retry.non_retryable_errors:
-            self._fail_for_good(
-                a, R.NON_RETRYABLE, now, c.error_type, c.message, False, stack_trace=trace
-            )
-        elif a.failures >= retry.max_attempts:
-            self._fail_for_good(
-                a, R.RETRIES_EXHAUSTED, now, c.error_type, c.message, False, stack_trace=trace
-            )
-        else:
-            delay = retry_delay_s(a, retry)
-            if delay > 0:
-                due = now + delay
-                self._to(a, S.DELAYED, R.RETRY, now, not_before=due, error=error, stack_trace=trace)
-                self.timers.add(a.activity_id, due, a.seq)
-            else:
-                due = now
-                self._enqueue(a, R.RETRY, now, error, trace)
-            self.metrics.retries += 1
-            self._decisions.append(
-                RetryScheduled(activity_id=a.activity_id, attempt=a.attempt + 1, not_before=due)
-            )
+        self._attempt_failed(
+            a,
+            retry,
+            now,
+            c.error_type,
+            c.message,
+            R.RETRY,
+            retryable=c.retryable,
+            stack_trace=c.stack_trace or None,
+        )
         self._after(now)
+
+    def _attempt_failed(
+        self,
+        a: Activity,
+        retry: RetryPolicy,
+        now: float,
+        error_type: str,
+        message: str,
+        retry_reason: TransitionReason,
+        *,
+        retryable: bool = True,
+        may_have_executed: bool = False,
+        stack_trace: str | None = None,
+        wait_at_least_a_tick: bool = False,
+    ) -> None:
+        """An attempt failed (the activity holds no lease any more): fail it for good
+        (not retryable, or its last attempt), or schedule the next by ``retry``.
+
+        The next attempt is queued at once when its delay is 0, unless
+        ``wait_at_least_a_tick`` (a queued activity cannot be queued again: it goes
+        through ``delayed``, due at once)."""
+        a.failures += 1
+        error = f"{error_type}: {message}" if message else error_type
+        a.last_error = error
+        if not retryable or error_type in retry.non_retryable_errors:
+            self._fail_for_good(
+                a,
+                R.NON_RETRYABLE,
+                now,
+                error_type,
+                message,
+                may_have_executed,
+                stack_trace=stack_trace,
+            )
+            return
+        if a.failures >= retry.max_attempts:
+            self._fail_for_good(
+                a,
+                R.RETRIES_EXHAUSTED,
+                now,
+                error_type,
+                message,
+                may_have_executed,
+                stack_trace=stack_trace,
+            )
+            return
+        delay = retry_delay_s(a, retry)
+        due = now + delay
+        if delay > 0 or wait_at_least_a_tick:
+            self._to(
+                a,
+                S.DELAYED,
+                retry_reason,
+                now,
+                not_before=due,
+                error=error,
+                stack_trace=stack_trace,
+            )
+            self.timers.add(a.activity_id, due, a.seq)
+        else:
+            self._enqueue(a, retry_reason, now, error, stack_trace)
+        self.metrics.retries += 1
+        self._decisions.append(
+            RetryScheduled(activity_id=a.activity_id, attempt=a.attempt + 1, not_before=due)
+        )
 
     def _fail_for_good(
         self,
@@ -1061,7 +1086,7 @@ class SchedulerCore:
                 registry.touch(worker, max(now, worker.last_seen_at))
             for aid in worker.leases:
                 self._grace(activities[aid], until, now)
-        self.watch_runs(now)
+        self._watch_runs(now)
         self.waiting.clear()
         self._tick(cmd.Tick(now=now))
 
