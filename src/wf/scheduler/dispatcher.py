@@ -705,26 +705,14 @@ class SchedulerCore:
         a.failures += 1
         error = f"{error_type}: {message}" if message else error_type
         a.last_error = error
+        final: TransitionReason | None = None
         if not retryable or error_type in retry.non_retryable_errors:
+            final = R.NON_RETRYABLE
+        elif a.failures >= retry.max_attempts:
+            final = R.RETRIES_EXHAUSTED
+        if final is not None:
             self._fail_for_good(
-                a,
-                R.NON_RETRYABLE,
-                now,
-                error_type,
-                message,
-                may_have_executed,
-                stack_trace=stack_trace,
-            )
-            return
-        if a.failures >= retry.max_attempts:
-            self._fail_for_good(
-                a,
-                R.RETRIES_EXHAUSTED,
-                now,
-                error_type,
-                message,
-                may_have_executed,
-                stack_trace=stack_trace,
+                a, final, now, error_type, message, may_have_executed, stack_trace=stack_trace
             )
             return
         delay = retry_delay_s(a, retry)
