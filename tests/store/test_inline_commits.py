@@ -5,6 +5,7 @@ committed on the caller's thread, and never ahead of a write queued before it; w
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,21 @@ def submitted(aid: str, seq: int) -> ActivitySubmitted:
     return ActivitySubmitted(
         at=T0, activity=Activity(activity_id=aid, activity_type="t", seq=seq, submitted_at=T0)
     )
+
+
+async def writer_settled(store: SQLiteStore, timeout_s: float = 10.0) -> None:
+    """Wait until the writer thread has let go of the write connection after its last
+    commit. It wakes an append's caller before it counts the append done and lets go,
+    so on a busy machine the caller can resume first, and an append made then (rightly)
+    takes the writer instead of committing inline: the inline path is only ever
+    taken when nothing else holds the connection."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if store._enqueued == store._finished and store._writing.acquire(blocking=False):
+            store._writing.release()
+            return
+        assert time.monotonic() < deadline, "the writer thread never went idle"
+        await asyncio.sleep(0.001)
 
 
 async def stored_order(store: SQLiteStore) -> list[str]:
@@ -73,6 +89,7 @@ def test_fsync_durability_commits_inline_only_the_first_append_after_an_idle_spe
             assert (store.inline_commits, store.commits) == (1, 2)
             # After an idle spell again: inline.
             monkeypatch.setattr(sqlite_module, "INLINE_FSYNC_IDLE_S", 0.0)
+            await writer_settled(store)
             await store.append([submitted("c", 3)])
             assert (store.inline_commits, store.commits) == (2, 3)
         finally:
@@ -108,6 +125,7 @@ def test_a_slow_fsync_keeps_every_commit_on_the_writer_until_the_average_recover
                 await store.append([submitted(f"x{store.commits}", store.commits + 1)])
                 assert store.inline_commits == 0
             assert store.fsync_commit_s < 10.0
+            await writer_settled(store)
             await store.append([submitted("fast", store.commits + 1)])
             assert store.inline_commits == 1
         finally:
