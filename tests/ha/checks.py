@@ -71,15 +71,42 @@ def last_errors(cluster: Cluster, ids: Iterable[str]) -> dict[str, Any]:
     return {str(a): {"last_error": e, "reason": r} for a, e, r in rows}
 
 
+NEVER_RECEIVED_MAX: Final = 8
+"""Most acknowledged activities one fault may leave failed closed because their start
+was committed as a grant the worker never received (see :func:`check_acknowledged`):
+at most one per slot the cut-off active could grant into at once."""
+
+
 def check_acknowledged(cluster: Cluster, acknowledged: Sequence[str], timeout_s: float) -> None:
-    """Every acknowledged submission is stored, finishes, and completes."""
+    """Every acknowledged submission is stored, finishes, and completes, except one that
+    fell in start on grant's documented window (docs/architecture.md, "Start on
+    grant"): its grant was committed as its start, the fault cut the answer off, and
+    the worker, registering at the new active, did not list it. That one is failed
+    closed (``may_have_executed``, ``lease_abandoned``), never run again, and must not
+    have run at all: no ledger line. Anything else that did not complete fails."""
     assert acknowledged, "the load client had nothing acknowledged"
     states = wait_finished(cluster, acknowledged, timeout_s)
     not_completed = [a for a, s in states.items() if s != "completed"]
-    assert not not_completed, (
+    if not not_completed:
+        return
+    errors = last_errors(cluster, not_completed)
+    executions = Counter(line["activity_id"] for line in ledger_lines(cluster))
+    unexplained = {
+        a: e
+        for a, e in errors.items()
+        if not (
+            e["reason"] == "may_have_executed"
+            and "(lease_abandoned)" in (e["last_error"] or "")
+            and executions[a] == 0
+        )
+    }
+    evidence = (
         f"{len(not_completed)} acknowledged activities did not complete: "
-        f"{last_errors(cluster, not_completed[:10])}"
+        f"{dict(list(errors.items())[:10])}; executions: "
+        f"{ {a: executions[a] for a in not_completed[:10]} }"
     )
+    assert not unexplained, evidence
+    assert len(not_completed) <= NEVER_RECEIVED_MAX, evidence
 
 
 def ledger_lines(cluster: Cluster) -> list[dict[str, Any]]:
