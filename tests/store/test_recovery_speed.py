@@ -1,7 +1,8 @@
-"""The fast recovery path keeps failing closed: SQLite's load folds state and column
-types into one SQL-computed ``kind`` and decodes specs in bulk, and restore skips
-per-activity ranking and heapify for constant-rank lanes; none of that may let a
-corrupt row through or change the dispatch order."""
+"""The fast recovery path keeps failing closed: SQLite's load has SQL prove a backlog
+row's state and hands its spec over concatenated with its chunk's (one decode per
+chunk, read on a helper thread), and restore skips per-activity ranking and heapify
+for constant-rank lanes; none of that may let a corrupt row through or change the
+dispatch order."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from wf.scheduler.dispatcher import SchedulerCore
 from wf.scheduler.model import Activity, ActivityState, Priority, WorkerInfo
 from wf.scheduler.outputs import LeaseGranted
 from wf.scheduler.recovery import durable_digest, restore, snapshot
-from wf.store import codec
+from wf.store import codec, sqlite_load
 from wf.store.loader import build_snapshot
 from wf.store.sqlite import SQLiteStore
 
@@ -73,6 +74,81 @@ def test_every_kind_of_bad_live_row_fails_closed_with_its_reason(tmp_path: Path)
         assert [a.activity_id for a in stored.activities] == ["r1", "r6", "r7"]
         assert stored.activities[0].state is ActivityState.LEASED
         assert stored.activities[0].worker_id == "w"
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_hot_chunks_that_do_not_prove_their_rows_are_read_row_by_row(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Chunks of three rows: a backlog row whose spec is two maps, names another ``seq``,
+    or is cut short spoils its chunk's one-call decode or its proof; that chunk is read
+    row by row, which names the row, and every other activity loads as stored."""
+    monkeypatch.setattr(sqlite_load, "LOAD_CHUNK_ROWS", 3)
+
+    async def main() -> None:
+        store, core = await _filled(tmp_path, 12)
+        spec = {aid: codec.encode(a) for aid, a in core.activities.items()}
+        _raw(
+            tmp_path,
+            "UPDATE activities SET spec = ? WHERE activity_id = 'r4'",
+            spec["r4"] + spec["r5"],
+        )
+        moved = msgspec.structs.replace(core.activities["r7"], seq=core.activities["r6"].seq)
+        _raw(
+            tmp_path, "UPDATE activities SET spec = ? WHERE activity_id = 'r7'", codec.encode(moved)
+        )
+        _raw(
+            tmp_path,
+            "UPDATE activities SET spec = ? WHERE activity_id = 'r10'",
+            spec["r10"][:-3],
+        )
+        stored = await store.load()
+        why = {d.activity_id: d.message for d in stored.diagnostics}
+        assert set(why) == {"r4", "r7", "r10"}
+        assert "not a valid Activity" in why["r4"]
+        assert "spec blob names seq" in why["r7"]
+        assert "not a valid Activity" in why["r10"]
+        kept = [f"r{i}" for i in range(12) if i not in (4, 7, 10)]
+        assert [a.activity_id for a in stored.activities] == kept
+        for aid in ("r4", "r7", "r10"):
+            del core.activities[aid]
+        snap, _ = build_snapshot(stored, core.config, T0)
+        assert durable_digest(restore(snap)) == durable_digest(core)
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_backlog_row_off_the_hot_path_keeps_its_own_columns(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Rows the SQL does not prove hot (requeued later than submitted, leased, delayed)
+    come back with their own columns, in ``seq`` place among the hot rows of their
+    chunk."""
+    monkeypatch.setattr(sqlite_load, "LOAD_CHUNK_ROWS", 4)
+
+    async def main() -> None:
+        store, _ = await _filled(tmp_path, 10)
+        _raw(tmp_path, "UPDATE activities SET queued_at = ? WHERE activity_id = 'r5'", T0 + 7.5)
+        _raw(
+            tmp_path,
+            "UPDATE activities SET state = 'delayed', not_before = ? WHERE activity_id = 'r6'",
+            T0 + 60.0,
+        )
+        stored = await store.load()
+        assert stored.diagnostics == []
+        by_id = {a.activity_id: a for a in stored.activities}
+        assert [a.activity_id for a in stored.activities] == [f"r{i}" for i in range(10)]
+        assert by_id["r5"].queued_at == T0 + 7.5
+        assert by_id["r6"].state is ActivityState.DELAYED
+        assert by_id["r6"].not_before == T0 + 60.0
+        assert by_id["r0"].state is ActivityState.LEASED
+        assert by_id["r0"].token
+        assert by_id["r9"].state is ActivityState.QUEUED
+        assert by_id["r9"].queued_at == T0
+        assert stored.by_id == by_id
         await store.close()
 
     asyncio.run(main())

@@ -172,6 +172,7 @@ def test_a_failed_batch_fails_every_append_in_it(tmp_path: Path) -> None:
 def test_chunked_load_matches_the_core(tmp_path: Path, monkeypatch: Any) -> None:
     """Tiny fetch and id chunks: every chunk boundary of the fast load path is crossed."""
     monkeypatch.setattr(sqlite_load, "FETCH_ROWS_MAX", 3)
+    monkeypatch.setattr(sqlite_load, "LOAD_CHUNK_ROWS", 4)
     monkeypatch.setattr(sqlite_load, "ID_CHUNK_MAX", 2)
     monkeypatch.setattr(sqlite_module, "ID_CHUNK_MAX", 2)
     from wf.scheduler.model import WorkerInfo

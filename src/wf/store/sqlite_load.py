@@ -8,7 +8,8 @@ the writer); they do no I/O of their own beyond that connection's queries.
 
 :func:`load_state` is recovery's load, built for 10^6 live activities:
 ``activities`` is stored in ``seq`` (rowid) order, spec blobs are compact
-(defaults omitted), a chunk of blobs is decoded by one msgspec call, and the
+(defaults omitted), SQLite aggregates a chunk of rows in one step on a helper
+thread while this one decodes the chunk before with one msgspec call, and the
 lease-driven columns are read only for activities that were ever leased.
 SQLite columns are dynamically typed, so every value is type-checked before
 it reaches the core; a malformed row is a diagnostic and its activity is
@@ -22,6 +23,11 @@ from __future__ import annotations
 
 import operator
 import sqlite3
+import sys
+from array import array
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Final
 
 import msgspec
@@ -58,10 +64,25 @@ def _malformed(table: str, key: str, what: str, activity_id: str | None) -> Diag
 
 def _decode_specs(specs: list[bytes]) -> list[Activity | None] | None:
     """Every blob of a chunk decoded in one call; ``None`` if any is malformed."""
-    n = len(specs)
     try:
-        decoded: list[Activity | None] = list(
-            _activity_list_decoder.decode(b"\xdd" + n.to_bytes(4, "big") + b"".join(specs))
+        joined = b"".join(specs)
+    except TypeError:  # a spec that is not a blob
+        return None
+    decoded = _decode_specs_blob(joined, len(specs))
+    return None if decoded is None else list(decoded)
+
+
+def _decode_specs_blob(joined: bytes, n: int) -> list[Activity] | None:
+    """``n`` spec blobs, concatenated, decoded in one call; ``None`` unless the bytes are
+    exactly ``n`` well-formed activities.
+
+    The bytes become one msgpack array of ``n`` items: a blob that is more or less than
+    one map shifts the ones after it, which leaves the array short (an error), bytes
+    over (an error) or, at worst, activities that name other rows (the callers compare
+    ids)."""
+    try:
+        decoded: list[Activity] = _activity_list_decoder.decode(
+            b"\xdd" + n.to_bytes(4, "big") + joined
         )
     # ValueError: msgspec reports a str that is not UTF-8 as UnicodeDecodeError.
     except (msgspec.DecodeError, TypeError, ValueError):
@@ -82,43 +103,174 @@ def _decode_one(spec: object) -> Activity | str:
 _LIVE_STATE_OF: Final = {s.value: s for s in ActivityState if s not in TERMINAL_STATES}
 """A live state's column value -> the state (the query selects no other)."""
 
-_SELECT_LIVE: Final = (
-    "SELECT activity_id, spec, queued_at, not_before, state, token "
-    "FROM activities WHERE state NOT IN ('completed', 'failed', 'cancelled') ORDER BY seq"
-)
-"""Unfinished activities in creation order (the ``activities_live`` index: the WHERE
-clause must stay the index's), for recovery.
+_LIVE_WHERE: Final = "state NOT IN ('completed', 'failed', 'cancelled')"
+"""Unfinished activities: the ``activities_live`` index's own clause (it must stay so)."""
+_ROW_COLUMNS: Final = "activity_id, spec, queued_at, not_before, state, token, seq"
+"""What :func:`_from_rows` reads of a row.
 
 Plain columns only: at 10^6 rows an SQL expression that folded the state and the
 column types into one small integer (``CASE state WHEN ...``, ``typeof``) cost
-more inside SQLite (about 0.8 s) than the per-row dict lookup and type tests in
-Python that replace it (about 0.15 s). A row whose state, types or token are
-wrong is re-read by id to say what is wrong (:func:`_why_malformed`)."""
+more inside SQLite than the per-row dict lookup and type tests in Python that
+replace it. A row whose state, types or token are wrong is re-read by id to say
+what is wrong (:func:`_why_malformed`)."""
+_SELECT_LIVE_RANGE: Final = (
+    f"SELECT {_ROW_COLUMNS} FROM activities "
+    f"WHERE {_LIVE_WHERE} AND seq > ? AND seq <= ? ORDER BY seq"
+)
+_SELECT_LIVE_SEQS: Final = (
+    f"SELECT {_ROW_COLUMNS} FROM activities WHERE {_LIVE_WHERE} AND seq IN ({{marks}}) ORDER BY seq"
+)
+SPEC_BYTES_MAX: Final = 16_384
+"""Largest spec blob on the hot path; a larger one (a big payload) is read on its own,
+so that a chunk's concatenation stays small."""
+LOAD_CHUNK_ROWS: Final = 25_000
+"""Rows per chunk of :data:`_SELECT_LIVE_CHUNK` (a few MB of specs at most)."""
+_HOT: Final = (
+    "state = 'queued' AND typeof(token) = 'integer' AND token = 0 AND not_before IS NULL "
+    "AND typeof(queued_at) = 'real' AND typeof(submitted_at) = 'real' "
+    f"AND queued_at = submitted_at AND typeof(spec) = 'blob' "
+    f"AND length(spec) BETWEEN 3 AND {SPEC_BYTES_MAX}"
+)
+"""A row whose whole state the SQL proves (see :func:`_live_activities`)."""
+_SELECT_LIVE_CHUNK: Final = (
+    "SELECT count(*), max(seq), count(h), CAST(group_concat(h, '') AS BLOB), "
+    "group_concat(CASE WHEN h IS NOT NULL THEN activity_id END, char(31)), "
+    "group_concat(CASE WHEN h IS NOT NULL THEN printf('%016x', seq) END, ''), "
+    "group_concat(CASE WHEN h IS NULL THEN seq END, ',') "
+    f"FROM (SELECT seq, activity_id, CASE WHEN {_HOT} THEN spec END AS h "
+    f"FROM activities WHERE {_LIVE_WHERE} AND seq > ? ORDER BY seq LIMIT ?)"
+)
+"""One chunk of unfinished activities after a ``seq``, in creation order: its row count
+and last ``seq`` (where the next chunk starts); the count, concatenated spec blobs,
+ids (joined by U+001F) and ``seq`` values (16 hex digits each: int64, big-endian) of
+its hot rows; the ``seq`` values of the others (joined by commas). ``group_concat``
+appends a blob's bytes as they are (NUL and bytes that are not UTF-8 included) and
+the ``CAST`` hands them back as a blob. The aggregates take the rows in the sorted
+subquery's order, which SQLite does not promise in writing: the loader checks that
+the decoded ``seq`` values ascend, and reads a chunk that does not so again, row by
+row."""
+_SEQ_MIN: Final = -(2**63)
+"""Below every ``seq``: where the first chunk starts."""
+_ID_SEPARATOR: Final = "\x1f"
+_QUEUED: Final = ActivityState.QUEUED
+_LITTLE_ENDIAN: Final = sys.byteorder == "little"
+_seq_of: Final = operator.attrgetter("seq")
 
 
-def _live_activities(
-    conn: sqlite3.Connection, diagnostics: list[Diagnostic], by_id: dict[str, Activity]
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """One :data:`_SELECT_LIVE_CHUNK` answer."""
+
+    lo: int
+    """The ``seq`` it starts after."""
+    rows: int
+    hi: int
+    hot: int
+    blob: bytes
+    ids: str
+    seqs: bytes
+    """The hot rows' ``seq`` values, int64 big-endian each."""
+    cold: list[int]
+
+
+def _fetch_chunk(conn: sqlite3.Connection, after: int) -> _Chunk:
+    """The chunk after ``after`` (on the helper thread: one SQLite step, GIL released)."""
+    found = conn.execute(_SELECT_LIVE_CHUNK, (after, LOAD_CHUNK_ROWS)).fetchone()
+    rows, hi, hot, blob, ids, seqs, cold = found
+    return _Chunk(
+        lo=after,
+        rows=int(rows),
+        hi=int(hi) if rows else after,
+        hot=int(hot),
+        blob=blob or b"",
+        ids=ids or "",
+        seqs=bytes.fromhex(seqs) if seqs else b"",
+        cold=[int(seq) for seq in cold.split(",")] if cold else [],
+    )
+
+
+def _settle(pending: Future[_Chunk] | None) -> None:
+    """Wait for the helper's query in flight (its outcome stays in the future)."""
+    if pending is not None:
+        wait([pending])
+
+
+def _hot_part(chunk: _Chunk) -> list[Activity] | None:
+    """The chunk's hot rows decoded, state applied; ``None`` if they are not provably
+    exactly its rows' (then the whole chunk is read row by row)."""
+    if not chunk.hot:
+        return []
+    decoded = _decode_specs_blob(chunk.blob, chunk.hot)
+    if decoded is None:
+        return None
+    seqs = [a.seq for a in decoded]
+    try:
+        packed = array("q", seqs)
+    except OverflowError:  # a spec's seq beyond int64: no row's
+        return None
+    if _LITTLE_ENDIAN:
+        packed.byteswap()
+    if (
+        chunk.ids.count(_ID_SEPARATOR) != chunk.hot - 1
+        or _ID_SEPARATOR.join([a.activity_id for a in decoded]) != chunk.ids
+        or packed.tobytes() != chunk.seqs
+        or seqs != sorted(seqs)
+    ):
+        return None
+    queued = _QUEUED
+    for a in decoded:
+        a.state = queued
+        a.queued_at = a.submitted_at
+        a.not_before = None
+    return decoded
+
+
+def _merged(hot: list[Activity], cold: list[Activity]) -> list[Activity]:
+    """Two lists in ascending ``seq`` as one (two sorted runs: one merge)."""
+    if not hot or not cold:
+        return hot or cold
+    both = hot + cold
+    both.sort(key=_seq_of)
+    return both
+
+
+def _cold_rows(
+    conn: sqlite3.Connection,
+    seqs: list[int],
+    diagnostics: list[Diagnostic],
+    touched: dict[str, Activity],
 ) -> list[Activity]:
-    """Unfinished activities: spec blobs decoded a chunk at a time, lifecycle applied;
-    each chunk's also into ``by_id`` (the table recovery adopts: filled here, while
-    each activity is still in the cache, it costs less than a pass of its own).
+    """The rows of ``seqs`` read whole, row by row, in ``seq`` order."""
+    out: list[Activity] = []
+    for start in range(0, len(seqs), ID_CHUNK_MAX):
+        chunk = seqs[start : start + ID_CHUNK_MAX]
+        sql = _SELECT_LIVE_SEQS.format(marks=",".join("?" * len(chunk)))
+        out += _from_rows(conn, sql, chunk, diagnostics, touched)
+    return out
 
-    The hot path (10^6 queued activities) costs one five-column ``fetchmany``
-    row, one slice of a single msgspec decode call, an id comparison and three
-    attribute stores per activity. Only a lease moves the other lifecycle
-    columns (attempt, failures, requeues, steals, token, worker, expiry, last
-    error), so they are read by id, afterwards, for the rows that were ever
-    leased (token != 0); ``check`` reports rows that break that rule. SQLite
-    columns are dynamically typed, so every value is type-checked (in the
-    query: see :data:`_SELECT_LIVE`) before it reaches the core.
+
+def _from_rows(
+    conn: sqlite3.Connection,
+    sql: str,
+    params: Sequence[object],
+    diagnostics: list[Diagnostic],
+    touched: dict[str, Activity],
+) -> list[Activity]:
+    """The unfinished activities ``sql`` selects (:data:`_ROW_COLUMNS`), decoded row by
+    row; a malformed row becomes a diagnostic and is left out (fail closed).
+
+    Only a lease moves the other lifecycle columns (attempt, failures, requeues,
+    steals, token, worker, expiry, last error), so they are read by id, afterwards,
+    for the rows that were ever leased (token != 0: put in ``touched``); ``check``
+    reports rows that break that rule. SQLite columns are dynamically typed, so every
+    value is type-checked before it reaches the core.
     """
     out: list[Activity] = []
-    touched: dict[str, Activity] = {}
     state_of = _LIVE_STATE_OF.get
-    real, integer = float, int  # locals: the loop below runs once per activity
+    real, integer = float, int  # locals: the loop below runs once per row
     append = out.append
     spec_of = operator.itemgetter(1)
-    cursor = conn.execute(_SELECT_LIVE)
+    cursor = conn.execute(sql, params)
     while batch := cursor.fetchmany(FETCH_ROWS_MAX):
         # A non-blob spec makes the bulk decode fail (TypeError), and so the
         # per-row fallback below name it: no per-row type test on the hot path.
@@ -132,8 +284,7 @@ def _live_activities(
                     decoded.append(None)
                 else:
                     decoded.append(one)
-        start = len(out)
-        for (aid, _spec, queued_at, not_before, state, token), a in zip(
+        for (aid, _spec, queued_at, not_before, state, token, seq), a in zip(
             batch, decoded, strict=True
         ):
             if a is None:
@@ -145,8 +296,9 @@ def _live_activities(
                 or (not_before is not None and type(not_before) is not real)
                 or type(token) is not integer
                 or a.activity_id != aid
+                or a.seq != seq
             ):
-                what = _why_malformed(conn, aid, a)
+                what = _why_malformed(conn, aid, a, seq)
                 diagnostics.append(_malformed("activities", str(aid), what, str(aid)))
                 continue
             a.state = live
@@ -155,8 +307,56 @@ def _live_activities(
             if token:
                 touched[aid] = a
             append(a)
-        added = out[start:]  # in one C-level update: no bytecode per activity
-        by_id.update(zip(map(_id_of, added), added, strict=True))
+    return out
+
+
+def _live_activities(
+    conn: sqlite3.Connection, diagnostics: list[Diagnostic], by_id: dict[str, Activity]
+) -> list[Activity]:
+    """Unfinished activities in creation order, lifecycle applied; each chunk's also into
+    ``by_id`` (the table recovery adopts: filled here, while each activity is still in
+    the cache, it costs less than a pass of its own).
+
+    Chunks of :data:`LOAD_CHUNK_ROWS` rows by ``seq``. SQLite aggregates each chunk in
+    one step (:data:`_SELECT_LIVE_CHUNK`), which Python's ``sqlite3`` runs with the GIL
+    released, so a helper thread reads the next chunk while this one decodes the
+    current one: the load splits over two cores. A row on the hot path (queued, never
+    leased, not delayed, queued when submitted: a backlog's rows) comes back only as
+    its spec blob, concatenated with the chunk's others, and the whole chunk decodes
+    in one msgspec call; the joined ids prove that every decoded activity is its own
+    row's, and the packed ``seq`` values that each is its row's, in order; the rest of
+    its state is what the SQL proved: queued, no ``not_before``, ``queued_at`` equal to
+    the ``submitted_at`` column (written with the spec's own, which it takes), never
+    leased (token 0: the lease-driven columns hold their defaults, as ``check``
+    verifies). Every other row, and every row of a chunk that does not decode
+    or prove so, is read whole and goes through :func:`_from_rows`, the row-by-row
+    decoding (its values and diagnostics exactly as before), and is put in its
+    ``seq`` place.
+    """
+    out: list[Activity] = []
+    touched: dict[str, Activity] = {}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="wf-sqlite-load") as helper:
+        # One statement on the connection at a time: before this thread uses ``conn``
+        # itself it waits for the helper's query in flight (``_settle``).
+        pending: Future[_Chunk] | None = helper.submit(_fetch_chunk, conn, _SEQ_MIN)
+        while pending is not None:
+            chunk = pending.result()
+            if not chunk.rows:
+                break
+            pending = None
+            if chunk.rows >= LOAD_CHUNK_ROWS:
+                pending = helper.submit(_fetch_chunk, conn, chunk.hi)
+            part = _hot_part(chunk)
+            if part is None:  # not provably its rows: every row of the chunk on its own
+                _settle(pending)
+                part = _from_rows(
+                    conn, _SELECT_LIVE_RANGE, (chunk.lo, chunk.hi), diagnostics, touched
+                )
+            elif chunk.cold:
+                _settle(pending)
+                part = _merged(part, _cold_rows(conn, chunk.cold, diagnostics, touched))
+            out += part
+            by_id.update(zip(map(_id_of, part), part, strict=True))
     bad = _apply_lifecycle(conn, touched, diagnostics)
     if not bad:
         return out
@@ -165,12 +365,14 @@ def _live_activities(
     return [a for a in out if a.activity_id not in bad]
 
 
-def _why_malformed(conn: sqlite3.Connection, aid: object, a: Activity) -> str:
-    """What is wrong with a live row of :data:`_SELECT_LIVE` whose state, column types or
-    token are wrong, or whose spec
-    names another activity (the rare path: re-read in the same read transaction)."""
+def _why_malformed(conn: sqlite3.Connection, aid: object, a: Activity, seq: object) -> str:
+    """What is wrong with a live row of :func:`_from_rows` whose state, column types or
+    token are wrong, or whose spec names another activity or ``seq`` (the rare path:
+    re-read in the same read transaction)."""
     if a.activity_id != aid:
         return f"spec blob names activity {a.activity_id!r}"
+    if a.seq != seq:
+        return f"spec blob names seq {a.seq!r}, row seq {seq!r}"
     found = conn.execute(
         "SELECT state, queued_at, not_before, token FROM activities WHERE activity_id = ?",
         (aid,),
