@@ -124,14 +124,18 @@ def test_hot_chunks_that_do_not_prove_their_rows_are_read_row_by_row(
 def test_a_backlog_row_off_the_hot_path_keeps_its_own_columns(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """Rows the SQL does not prove hot (requeued later than submitted, leased, delayed)
-    come back with their own columns, in ``seq`` place among the hot rows of their
-    chunk."""
+    """Rows the SQL does not prove hot (requeued later than submitted, leased, delayed,
+    a spec too large for a chunk) come back with their own columns, in ``seq`` place
+    among the hot rows of their chunk."""
     monkeypatch.setattr(sqlite_load, "LOAD_CHUNK_ROWS", 4)
 
     async def main() -> None:
-        store, _ = await _filled(tmp_path, 10)
+        store, core = await _filled(tmp_path, 10)
         _raw(tmp_path, "UPDATE activities SET queued_at = ? WHERE activity_id = 'r5'", T0 + 7.5)
+        big = msgspec.structs.replace(
+            core.activities["r8"], payload=b"x" * (sqlite_load.SPEC_BYTES_MAX + 1)
+        )
+        _raw(tmp_path, "UPDATE activities SET spec = ? WHERE activity_id = 'r8'", codec.encode(big))
         _raw(
             tmp_path,
             "UPDATE activities SET state = 'delayed', not_before = ? WHERE activity_id = 'r6'",
@@ -148,6 +152,7 @@ def test_a_backlog_row_off_the_hot_path_keeps_its_own_columns(
         assert by_id["r0"].token
         assert by_id["r9"].state is ActivityState.QUEUED
         assert by_id["r9"].queued_at == T0
+        assert by_id["r8"].payload == big.payload
         assert stored.by_id == by_id
         await store.close()
 

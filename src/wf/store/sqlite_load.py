@@ -120,9 +120,10 @@ _SELECT_LIVE_RANGE: Final = (
 _SELECT_LIVE_SEQS: Final = (
     f"SELECT {_ROW_COLUMNS} FROM activities WHERE {_LIVE_WHERE} AND seq IN ({{marks}}) ORDER BY seq"
 )
-SPEC_BYTES_MAX: Final = 16_384
+SPEC_BYTES_MAX: Final = 2_048
 """Largest spec blob on the hot path; a larger one (a big payload) is read on its own,
-so that a chunk's concatenation stays small."""
+so that a chunk's concatenation stays within about 50 MB (:data:`LOAD_CHUNK_ROWS`
+times this), far below SQLite's own limit on one value (10^9 bytes)."""
 LOAD_CHUNK_ROWS: Final = 25_000
 """Rows per chunk of :data:`_SELECT_LIVE_CHUNK` (a few MB of specs at most)."""
 _HOT: Final = (
