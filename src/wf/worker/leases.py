@@ -57,6 +57,10 @@ class HeldLease:
     the latest details of those recorded since go with the next renewal)."""
     details_refused: str | None = None
     """Why the latest details could not be sent (not JSON, larger than 64 KiB)."""
+    confirm_after: int = 0
+    """A grant answered after registration number ``confirm_after`` began (0: none):
+    its first lease call waits for that registration's answer, and a started one runs
+    only once a renewal confirms it (``Worker._after_registration``)."""
 
     @property
     def token(self) -> int:
@@ -106,6 +110,10 @@ class WorkerCounters:
     """Activities begun (after an acknowledged start, on grant, or unreported)."""
     started_on_grant: int = 0
     """Leases whose grant was also their start (no ``scheduler.leases.start`` sent)."""
+    registration_waits: int = 0
+    """Grants answered while a registration was begun: their first lease call waited
+    for its answer (a started one's is a renewal that must succeed before it runs; a
+    refused lease is dropped unrun and counted in ``lost``)."""
     early_grants: int = 0
     """Leases granted before their ``not_before``, started by the worker's own timer."""
     unreported_starts: int = 0

@@ -377,6 +377,10 @@ class Worker:
         """Idle execution slots promised to started-on-grant leases by polls and
         reports' polls on the wire: nothing else may take them, and no other request
         may promise them again (docs/architecture.md, "Start on grant")."""
+        self._registrations_begun = 0
+        """Registrations whose ``held`` list was built (answered or not)."""
+        self._registrations_answered = 0
+        """The last of those whose answer came before ``connected`` was set."""
         self._backoff = Backoff(self.worker_id)
         self._sampler: ProcessSampler | None = None
 
@@ -690,6 +694,7 @@ class Worker:
                         extra={"action": "worker.register_refused", "worker_id": self.worker_id},
                     )
                 continue
+            self._registrations_answered = self._registrations_begun
             self._register_needed.clear()
             self.connected.set()
 
@@ -697,6 +702,9 @@ class Worker:
         assert self._client is not None
         # Every lease still ours, running or prefetched: the server keeps these and
         # requeues at once the others it granted to this worker id (empty at start).
+        # A grant answered after this list was built may be one of those others: it
+        # is confirmed before it runs (_confirmed_start).
+        self._registrations_begun += 1
         held = [
             WireHeldLease(activity_id=h.activity_id, token=h.token)
             for h in self._held.values()
@@ -838,6 +846,7 @@ class Worker:
                 0 if self.start_report_delay_s is None else max(0, min(want, self._idle_slots()))
             )
             self._start_reserved += start
+            sent_after = self._registrations_begun
             call = asyncio.ensure_future(
                 self._client.call(
                     POLL.name,
@@ -889,7 +898,7 @@ class Worker:
             self._polled = True
             result: PollResult = POLL.decode(raw)
             self._on_revoked(result.revoked)
-            self._accept(result.leases, result.traceparents)
+            self._accept(result.leases, result.traceparents, sent_after)
             if result.leases:
                 # Two loop turns (the runner's, then its activity task's): the activities
                 # just received begin before the next poll is encoded and sent, since a
@@ -897,8 +906,21 @@ class Worker:
                 await asyncio.sleep(0)
                 await asyncio.sleep(0)
 
-    def _accept(self, grants: list[LeaseGranted], traceparents: Mapping[str, str]) -> None:
+    def _accept(
+        self, grants: list[LeaseGranted], traceparents: Mapping[str, str], sent_after: int
+    ) -> None:
+        """Buffer (and start) the grants of an answer to a request sent when
+        ``sent_after`` registrations had begun.
+
+        A registration begun since may reach the server after the request, or after
+        a start sent for one of its grants, without listing the lease; the server
+        then requeues a leased one and fails closed (``may_have_executed``) one
+        that started. So such a grant's first lease call waits for that
+        registration's answer: its ``leases.start`` is then judged after it, and a
+        started grant runs only once a renewal proves it still ours
+        (:meth:`_confirmed_start`)."""
         debug = log.isEnabledFor(logging.DEBUG)
+        unsure = self._registrations_begun if sent_after != self._registrations_begun else 0
         for grant in grants:
             lease = grant.lease
             if lease.token in self._held:
@@ -914,6 +936,8 @@ class Worker:
                 traceparent=traceparents.get(lease.lease_id),
             )
             held = HeldLease(grant=grant, context=ActivityContext(info=info))
+            if unsure:
+                held.confirm_after = unsure
             self._held[lease.token] = held
             if grant.started:
                 # Already EXECUTING on the server: it goes first, ahead of prefetched work.
@@ -1012,12 +1036,14 @@ class Worker:
                         # Due while draining: like any unstarted lease, it goes back
                         # (a started one is executing on the server: it runs).
                         self._lose(held, "returned")
+                await self._after_registration(held)
                 if held.lost is not None:
                     began = False
                 elif grant.started:
                     held.start_reported = True
-                    self.counters.started_on_grant += 1
-                    began = True
+                    began = await self._confirmed_start(held)
+                    if began:
+                        self.counters.started_on_grant += 1
                 elif grant.may_restart and self.start_report_delay_s is not None:
                     # Begins now; the start goes with the result (START_REPORT_DELAY_S).
                     reporter = asyncio.create_task(self._report_start_later(held))
@@ -1041,6 +1067,29 @@ class Worker:
             if reporter is not None and not reporter.done():
                 reporter.cancel()
             self._release(held)
+
+    async def _confirmed_start(self, held: HeldLease) -> bool:
+        """Whether a started grant may run: at once, unless a registration was begun
+        while its request was on the wire (:meth:`_accept`). Then, once that
+        registration is answered, a renewal says whether the server still holds the
+        lease for this worker: the server runs a worker's calls as they arrive, so
+        an answer after the registration's comes from after it. Refused, the lease
+        was failed closed without running (the window of docs/architecture.md,
+        "Start on grant"), and it is dropped unrun. Called after
+        :meth:`_after_registration`."""
+        if not held.confirm_after:
+            return True
+        return await self._fenced_call(held, RENEW_LEASE, self._renewal(held))
+
+    async def _after_registration(self, held: HeldLease) -> None:
+        """For a grant answered while a registration was begun (:meth:`_accept`): wait
+        for that registration's answer, so that the server judges the grant's next
+        lease call after the registration."""
+        if not held.confirm_after:
+            return
+        self.counters.registration_waits += 1
+        while self._registrations_answered < held.confirm_after:
+            await self.connected.wait()
 
     async def _until_due(self, held: HeldLease, not_before: float) -> None:
         """Hold an early grant's slot until ``not_before`` or until the lease is lost."""
@@ -1178,6 +1227,7 @@ class Worker:
         if poll is not None:
             self.counters.report_polls += 1
         answered: list[Any] = []
+        sent_after = self._registrations_begun
         try:
             reported = await self._fenced_call(held, method, params, answered)
         finally:
@@ -1185,7 +1235,7 @@ class Worker:
                 self._asked_extra -= beyond
                 self._start_reserved -= start  # the answer's started grants take them now
         if poll is not None and reported and answered:
-            self._take_with_report(method.decode(answered[0]))
+            self._take_with_report(method.decode(answered[0]), sent_after)
         if start:
             self._pump()  # slots no longer promised: buffered leases may have them
         if not reported:
@@ -1293,7 +1343,7 @@ class Worker:
         folded[last] = (method, msgspec.structs.replace(params, poll=poll))
         return folded
 
-    def _take_with_report(self, answer: ReportResult) -> None:
+    def _take_with_report(self, answer: ReportResult, sent_after: int) -> None:
         """Take a report's poll answer as the poll loop takes a poll's: revocations, then
         leases (started ones run at once). ``leases`` is ``None`` when the server did
         not poll (it dropped an unknown ``poll``): the poll loop then asks."""
@@ -1303,7 +1353,7 @@ class Worker:
         if not answer.leases:
             return
         self.counters.report_poll_leases += len(answer.leases)
-        self._accept(answer.leases, answer.traceparents)
+        self._accept(answer.leases, answer.traceparents, sent_after)
         if self._draining:
             # Drained meanwhile: unstarted leases go back, as _drain returns them (the
             # server requeues them); started ones run (_pump), as from any poll.
