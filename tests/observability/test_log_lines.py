@@ -242,8 +242,9 @@ def test_a_server_writes_its_lifecycle_lines_directly(
             grant = (await poll(client, "w1", 1))["leases"][0]
             await run_lease(client, grant["lease"])
 
+    observability = ObservabilityConfig(activity_log_level="info")
     with sole_handler() as stream:
-        run(config(tmp_path / "store"), test)
+        run(config(tmp_path / "store", observability=observability), test)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     x = {line["action"]: line for line in lines if line.get("activity_id") == "x"}
     assert {"activity.submitted", "lease.granted", "activity.completed"} <= x.keys()

@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from _obs_server import activity, config, poll, register, run, run_lease, submit
@@ -24,10 +24,20 @@ Lines = Callable[[], list[dict[str, Any]]]
 @pytest.fixture
 def json_lines() -> Iterator[Lines]:
     """Configure JSON logging at debug into a buffer; restore the root logger afterwards."""
+    yield from _captured("debug")
+
+
+@pytest.fixture
+def info_lines() -> Iterator[Lines]:
+    """The same at ``info``, the default root level."""
+    yield from _captured("info")
+
+
+def _captured(level: Literal["debug", "info"]) -> Iterator[Lines]:
     root = logging.getLogger()
     saved_level, saved_handlers = root.level, list(root.handlers)
     stream = io.StringIO()
-    configure_logging(ObservabilityConfig(log_format="json", log_level="debug"), stream)
+    configure_logging(ObservabilityConfig(log_format="json", log_level=level), stream)
     yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
     root.handlers[:] = saved_handlers
     root.setLevel(saved_level)
@@ -72,7 +82,7 @@ def test_correlation_id_flows_through_grant_and_completion(
     granted = x["lease.granted"]
     assert granted["worker_id"] == "w1"
     assert granted["workflow_id"] == "wf-7"
-    assert granted["level"] == "info"
+    assert granted["level"] == "debug"  # activity_log_level's default
     assert granted["logger"] == "wf.lifecycle"
     y = about(lines, "y")
     for action in ("lease.granted", "lease.revoked", "activity.cancelled"):
@@ -181,3 +191,44 @@ def test_configure_logging_replaces_its_handler_and_sets_levels() -> None:
         root.handlers[:] = saved_handlers
         root.setLevel(saved_level)
         logging.getLogger("aiohttp.access").setLevel(logging.NOTSET)
+
+
+SUCCESS_PATH = ("activity.submitted", "lease.granted", "activity.completed")
+
+
+async def _one_success_one_failure(server: WfServer, url: str) -> None:
+    async with RpcClient(url) as client:
+        await submit(client, activity("ok", correlation_id="run-1"))
+        await submit(client, activity("bad", correlation_id="run-2"))
+        await register(client, "w1", 1)
+        lease = (await poll(client, "w1", 1))["leases"][0]["lease"]
+        await run_lease(client, lease)
+        lease = (await poll(client, "w1", 1))["leases"][0]["lease"]
+        fenced = {"activity_id": lease["activity_id"], "token": lease["token"]}
+        await client.call("scheduler.leases.start", fenced)
+        await client.call(
+            "scheduler.leases.fail",
+            {**fenced, "error_type": "Boom", "message": "no", "retryable": False},
+        )
+
+
+def test_at_the_default_levels_the_success_path_writes_no_server_line(
+    tmp_path: Path, info_lines: Lines
+) -> None:
+    run(config(tmp_path / "store"), _one_success_one_failure)
+    lines = info_lines()
+    assert not [line for line in lines if line["action"] in SUCCESS_PATH]
+    failed = about(lines, "bad")["activity.failed"]
+    assert failed["level"] == "warning"
+    assert failed["correlation_id"] == "run-2"
+
+
+def test_activity_log_level_info_writes_the_success_path_at_info(
+    tmp_path: Path, info_lines: Lines
+) -> None:
+    observability = ObservabilityConfig(log_level="info", activity_log_level="info")
+    run(config(tmp_path / "store", observability=observability), _one_success_one_failure)
+    ok = about(info_lines(), "ok")
+    for action in SUCCESS_PATH:
+        assert ok[action]["level"] == "info", action
+        assert ok[action]["correlation_id"] == "run-1", action

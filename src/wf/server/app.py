@@ -54,7 +54,7 @@ from wf.server.config import ServerConfig, TlsConfig
 from wf.server.console import Console
 from wf.server.http_edge import HttpEdge, bearer_token
 from wf.server.http_server import HttpServer, Request, Response, Router, rpc_error
-from wf.server.logs import OutcomeLogger, RpcCallLogger
+from wf.server.logs import LEVELS, OutcomeLogger, RpcCallLogger
 from wf.server.metrics import ServerMetrics
 from wf.server.redaction import install_log_redaction
 from wf.server.retention import RetentionTask
@@ -167,7 +167,12 @@ class WfServer:
             self.node, schedule_service=lambda: self.schedule_service, cluster=self.cluster
         )
         self.dispatcher.call_observers += [self.metrics.observe_call, RpcCallLogger()]
-        self.node.listeners.append(OutcomeLogger(self.node))
+        self.node.listeners.append(
+            OutcomeLogger(
+                self.node,
+                activity_level=LEVELS[section.observability.activity_log_level],
+            )
+        )
         # run.admitted / run.completed / run.failed / run.cancelled lines and run metrics.
         self.engine.listeners += [RunProgressLogger(), RunMetrics(self.metrics.registry)]
         self.tracing = make_tracing(section.observability)

@@ -74,12 +74,13 @@ LIFECYCLE_LOGGER: Final = "wf.lifecycle"
 RPC_LOGGER: Final = "wf.rpc"
 """Logger of ``rpc.call`` lines (shared with the dispatcher's own errors)."""
 
-_LEVELS: Final = {
+LEVELS: Final = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
+"""A configured level name (``log_level``, ``activity_log_level``) -> its ``logging`` level."""
 _HANDLER_MARK: Final = "_wf_observability"
 
 
@@ -96,7 +97,7 @@ def configure_logging(
     handler = LineHandler(stream if stream is not None else sys.stderr, formatter)
     setattr(handler, _HANDLER_MARK, True)
     handler.addFilter(RedactCredentials())  # no credential in any line, whoever logs it
-    level = _LEVELS[config.log_level]
+    level = LEVELS[config.log_level]
     _skip_unprinted_record_fields()
     root.addHandler(handler)
     root.setLevel(level)
@@ -156,9 +157,17 @@ class RpcCallLogger:
 class OutcomeLogger:
     """A node listener logging lifecycle events with correlation ids."""
 
-    def __init__(self, node: SchedulerNode, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        node: SchedulerNode,
+        logger: logging.Logger | None = None,
+        *,
+        activity_level: int = DEBUG,
+    ) -> None:
         self.node = node
         self.log = logger or logging.getLogger(LIFECYCLE_LOGGER)
+        self.activity_level = activity_level
+        """The level of the success-path lines (``ObservabilityConfig.activity_log_level``)."""
         self.correlation_id = node.reads.correlation_id
         """The correlation id of an activity ("" if it has none or is unknown)."""
         self._sink: LineHandler | None = None
@@ -181,17 +190,19 @@ class OutcomeLogger:
         log, line = self.log, self._line
         info = log.isEnabledFor(logging.INFO)
         debug = log.isEnabledFor(logging.DEBUG)
+        level = self.activity_level
+        success = log.isEnabledFor(level)
         self._sink = line_sink(log)
         for r in outcome.records:
-            if type(r) is ActivitySubmitted and info:
+            if type(r) is ActivitySubmitted and success:
                 a = r.activity
-                line(INFO, "activity.submitted", "activity %s submitted", a.activity_id,
+                line(level, "activity.submitted", "activity %s submitted", a.activity_id,
                      activity_id=a.activity_id, activity_type=a.activity_type,
                      workflow_id=a.workflow_id, tenant=a.tenant,
                      correlation_id=a.correlation_id)
-        if info or log.isEnabledFor(logging.WARNING):
+        if info or success or log.isEnabledFor(logging.WARNING):
             for d in outcome.decisions:
-                self._decision(d, info)
+                self._decision(d, info, success)
         for r in outcome.records:
             if type(r) is Transition:
                 self._transition(r, info, debug)
@@ -205,21 +216,21 @@ class OutcomeLogger:
                      worker_id=w.worker_id, status=r.status.value, hostname=w.hostname,
                      max_concurrency=w.max_concurrency)
 
-    def _decision(self, d: Decision, info: bool) -> None:
+    def _decision(self, d: Decision, info: bool, success: bool) -> None:
         line = self._line
         if type(d) is LeaseGranted:
-            if info:
+            if success:
                 lease = d.lease
-                line(INFO, "lease.granted", "lease %s granted to %s", lease.token,
+                line(self.activity_level, "lease.granted", "lease %s granted to %s", lease.token,
                      lease.worker_id, activity_id=lease.activity_id,
                      activity_type=d.activity_type, workflow_id=d.workflow_id,
                      correlation_id=d.correlation_id, worker_id=lease.worker_id,
                      token=lease.token, attempt=lease.attempt,
                      expires_at=lease.expires_at)
         elif type(d) is ActivityCompleted:
-            if info:
-                line(INFO, "activity.completed", "activity %s completed", d.activity_id,
-                     activity_id=d.activity_id, workflow_id=d.workflow_id,
+            if success:
+                line(self.activity_level, "activity.completed", "activity %s completed",
+                     d.activity_id, activity_id=d.activity_id, workflow_id=d.workflow_id,
                      correlation_id=d.correlation_id, attempt=d.attempt)
         elif type(d) is ActivityFailed:
             line(WARNING, "activity.failed", "activity %s failed: %s", d.activity_id, d.reason,
