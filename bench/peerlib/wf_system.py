@@ -164,7 +164,8 @@ class WfSystem(System):
             )
         durability = "" if self.store == "postgres" else ", durability fsync"
         return (
-            f"wf-rpc-server with its defaults ({self.store_line}{durability}, log level info); "
+            f"wf-rpc-server with its defaults ({self.store_line}{durability}, log level info, "
+            "so no server line per successful activity); "
             "`wf worker --max-concurrency C` (prefetch 0); a plain `@activity` def "
             "(not idempotent); one `App.submit_activities` call per task"
         )
