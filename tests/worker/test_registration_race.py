@@ -46,6 +46,11 @@ async def eventually(check: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.01)
 
 
+def _config(tmp_path: Path) -> ServerConfig:
+    store = StoreConfig(root=str(tmp_path / "store"), durability="process")
+    return ServerConfig(server=ServerSection(port=0, store=store))
+
+
 Hook = Callable[[Worker, Callable[[], Awaitable[Any]]], Awaitable[Any]]
 """Runs a poll carrying a lease: given the worker and the real call, returns its answer."""
 
@@ -76,12 +81,7 @@ async def _race(
             assert worker is not None
             return await hook(worker, lambda: super(HookedClient, self).call(method, params, **kw))
 
-    config = ServerConfig(
-        server=ServerSection(
-            port=0, store=StoreConfig(root=str(tmp_path / "store"), durability="process")
-        )
-    )
-    server = WfServer(config)
+    server = WfServer(_config(tmp_path))
     await server.start()
     url = f"http://127.0.0.1:{server.port}"
     admin = RpcClient(url)
@@ -242,12 +242,7 @@ def test_a_grant_answered_during_a_registration_is_started_only_after_its_answer
         return "done"
 
     async def main() -> None:
-        config = ServerConfig(
-            server=ServerSection(
-                port=0, store=StoreConfig(root=str(tmp_path / "store"), durability="process")
-            )
-        )
-        server = WfServer(config)
+        server = WfServer(_config(tmp_path))
         await server.start()
         url = f"http://127.0.0.1:{server.port}"
         admin = RpcClient(url)

@@ -703,7 +703,7 @@ class Worker:
         # Every lease still ours, running or prefetched: the server keeps these and
         # requeues at once the others it granted to this worker id (empty at start).
         # A grant answered after this list was built may be one of those others: it
-        # is confirmed before it runs (_confirmed_start).
+        # waits for this answer before its first lease call (_after_registration).
         self._registrations_begun += 1
         held = [
             WireHeldLease(activity_id=h.activity_id, token=h.token)
