@@ -51,6 +51,16 @@ def _config(tmp_path: Path) -> ServerConfig:
     return ServerConfig(server=ServerSection(port=0, store=store))
 
 
+async def _final_state(admin: RpcClient, activity_id: str) -> dict[str, Any]:
+    """Once the activity is finished: its final state and last transition's reason."""
+    while True:
+        view = await admin.call("scheduler.activities.get", {"activity_id": activity_id})
+        if view["activity"] is None:
+            history = await admin.call("scheduler.activities.history", {"activity_id": activity_id})
+            return {"state": view["finished_state"], "reason": history["transitions"][-1]["reason"]}
+        await asyncio.sleep(0.01)
+
+
 Hook = Callable[[Worker, Callable[[], Awaitable[Any]]], Awaitable[Any]]
 """Runs a poll carrying a lease: given the worker and the real call, returns its answer."""
 
@@ -92,21 +102,7 @@ async def _race(
         worker = Worker(url, [step], worker_id="w", max_concurrency=1, poll_wait_s=1.0)
         task = asyncio.create_task(worker.run())
         try:
-
-            async def final() -> dict[str, Any]:
-                while True:
-                    view = await admin.call("scheduler.activities.get", {"activity_id": "a1"})
-                    if view["activity"] is None:
-                        history = await admin.call(
-                            "scheduler.activities.history", {"activity_id": "a1"}
-                        )
-                        return {
-                            "state": view["finished_state"],
-                            "reason": history["transitions"][-1]["reason"],
-                        }
-                    await asyncio.sleep(0.01)
-
-            outcome = await asyncio.wait_for(final(), WAIT_S)
+            outcome = await asyncio.wait_for(_final_state(admin, "a1"), WAIT_S)
             await eventually(lambda: not worker.held(), "the worker to let the lease go")
         finally:
             await worker.shutdown()
@@ -261,17 +257,17 @@ def test_a_grant_answered_during_a_registration_is_started_only_after_its_answer
             worker_box.append(worker)
             task = asyncio.create_task(worker.run())
             try:
-                await eventually(lambda: worker.counters.completed == 1, "the completion")
+                outcome = await asyncio.wait_for(_final_state(admin, "a1"), WAIT_S)
+                await eventually(lambda: not worker.held(), "the worker to let the lease go")
             finally:
                 await worker.shutdown()
                 await task
-            view = await admin.call("scheduler.activities.get", {"activity_id": "a1"})
         finally:
             await admin.close()
             await server.stop()
         assert events == ["registration sent"], events
+        assert outcome == {"state": "completed", "reason": "completed"}
         assert ran["a1"] == 1
-        assert view["finished_state"] == "completed"
         assert worker.counters.registration_waits == 1
         assert worker.counters.lost == 1  # the first grant, requeued by the registration
 

@@ -1036,12 +1036,13 @@ class Worker:
                         # Due while draining: like any unstarted lease, it goes back
                         # (a started one is executing on the server: it runs).
                         self._lose(held, "returned")
-                await self._after_registration(held)
+                if held.confirm_after:  # rare: checked here, no coroutine per lease
+                    await self._after_registration(held)
                 if held.lost is not None:
                     began = False
                 elif grant.started:
                     held.start_reported = True
-                    began = await self._confirmed_start(held)
+                    began = not held.confirm_after or await self._confirmed_start(held)
                     if began:
                         self.counters.started_on_grant += 1
                 elif grant.may_restart and self.start_report_delay_s is not None:
