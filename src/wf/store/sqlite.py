@@ -603,7 +603,7 @@ class SQLiteStore(DrivenCatalog):
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
-                if not linger:
+                if not linger or len(batch) > 1:
                     break
                 linger = False  # once per commit: the first append to come ends it
                 try:
