@@ -109,3 +109,34 @@ def test_process_durability_never_lingers(tmp_path: Path, monkeypatch: pytest.Mo
             await store.close()
 
     asyncio.run(main())
+
+
+def test_a_writer_that_took_several_appends_at_once_commits_them_without_lingering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The linger waits for a second append only: appends the loop queued together
+    (the reports of one worker batch) commit as soon as the writer has taken them."""
+    monkeypatch.setattr(sqlite_module, "COMMIT_LINGER_S", 30.0)
+
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "s", durability="fsync")
+        await store.open()
+        try:
+            await on_the_writer(store)
+            store.batch_average = 4.0
+            before = store.commits
+            # Held, so that both queue up before the writer takes the first.
+            store._writing.acquire()
+            both = [
+                asyncio.ensure_future(store.append([submitted("a", 1)])),
+                asyncio.ensure_future(store.append([submitted("b", 2)])),
+            ]
+            await until(lambda: store._enqueued == 2)
+            store._writing.release()
+            await asyncio.wait_for(asyncio.gather(*both), 10.0)
+            assert store.commits == before + 1
+            assert await store.existing_activity_ids(["a", "b"]) == {"a", "b"}
+        finally:
+            await store.close()
+
+    asyncio.run(main())

@@ -19,8 +19,9 @@ connection. :meth:`SQLiteStore.append` turns its records into SQL steps
 (:func:`~wf.store.codec.plan_writes`) on the caller's side, queues them with
 an asyncio future and waits. The writer takes everything queued (up to
 :data:`BATCH_STEPS_MAX` steps), runs it in ONE ``BEGIN IMMEDIATE`` ...
-``COMMIT`` transaction as a few ``executemany`` calls
-(:func:`~wf.store.codec.group_steps`), raises the counters, commits, and only
+``COMMIT`` transaction as a few groups of rows
+(:func:`~wf.store.codec.group_steps`), the hot ones as multi-row statements
+(:mod:`wf.store.sqlite_bulk`), raises the counters, commits, and only
 then resolves every future of the batch. Throughput therefore comes from
 many appends sharing one commit (and one fsync), never from skipping it.
 
@@ -63,7 +64,10 @@ at a time keep the average near 1 and are never delayed, and at light load
 they commit inline anyway. Measured on the stock W1 (2 x 4 slots, plain
 ``def``, ``bench/stock_w1.py``, A B A B): about 8 % more tasks per second and
 about 12 % less server CPU per task (fewer, fuller commits: about two appends
-per commit before).
+per commit before). The wait is for a second append only: a writer that
+took several at once (the reports a worker's outbox sent in one request)
+commits them at once; lingering then cost the stock W1 about 5 % of its
+throughput (two A/B pairs, 2026-12-07).
 
 *Checkpoints* run on the writer thread between the items it takes, every
 :data:`CHECKPOINT_EVERY_COMMITS` commits (an inline commit that reaches the
@@ -138,7 +142,7 @@ from typing import Any, Final, Literal, TypeVar
 from wf.errors import CorruptRecord, NotFound, OwnershipLost, StoreUnavailable, WfError
 from wf.scheduler.outputs import Record
 from wf.store import check as checks
-from wf.store import codec
+from wf.store import codec, sqlite_bulk
 from wf.store import sqlite_files as files
 from wf.store.driven_catalog import DrivenCatalog
 from wf.store.lock import FileOwnershipLock
@@ -170,8 +174,8 @@ on average: longer, and the loop would stall longer than the hop it saves."""
 FSYNC_COMMIT_AVERAGE_WEIGHT: Final = 0.2
 """Weight of the newest commit in :attr:`SQLiteStore.fsync_commit_s`."""
 COMMIT_LINGER_S: Final = 0.0002
-"""With ``fsync``, how long the writer waits for one more append when it finds none
-queued behind the first, while commits carry several appends (see the module doc)."""
+"""With ``fsync``, how long the writer waits for a second append when it took one
+alone, while commits carry several appends (see the module doc)."""
 LINGER_BATCH_AVERAGE_MIN: Final = 1.5
 """Appends per commit (moving average) from which the writer lingers: below it appends
 come one at a time and a wait would only delay them."""
@@ -653,7 +657,7 @@ class SQLiteStore(DrivenCatalog):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for name, params in codec.group_steps(steps):
-                    conn.executemany(q[name], params)
+                    sqlite_bulk.execute_group(conn, name, params)
                 if counters:
                     conn.executemany(
                         q["raise_counter"],
