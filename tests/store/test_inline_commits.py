@@ -158,9 +158,9 @@ def test_an_append_never_overtakes_a_write_queued_before_it(tmp_path: Path) -> N
             # and land in the order they were made.
             store._writing.acquire()
             try:
-                first = asyncio.create_task(store.append([submitted("first", 1)]))
+                first = asyncio.ensure_future(store.append([submitted("first", 1)]))
                 await asyncio.sleep(0)
-                second = asyncio.create_task(store.append([submitted("second", 2)]))
+                second = asyncio.ensure_future(store.append([submitted("second", 2)]))
                 await asyncio.sleep(0)
             finally:
                 store._writing.release()

@@ -49,7 +49,7 @@ state (blocked, fail closed), and everything else loads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
@@ -271,8 +271,8 @@ class History(Protocol):
 class Journal(History, Protocol):
     """The scheduler node's port: the core's durable records (append, load), the
     store's lifecycle, ownership and the write fences, and the whole-store check.
-    Every method is a coroutine; none may be called before :meth:`open` or after
-    :meth:`close`."""
+    Every method is a coroutine, or returns an awaitable (:meth:`append`); none may
+    be called before :meth:`open` or after :meth:`close`."""
 
     async def open(self) -> None:
         """Connect and apply pending migrations.
@@ -315,13 +315,18 @@ class Journal(History, Protocol):
         """Give ownership up (idempotent)."""
         ...
 
-    async def append(self, records: Sequence[Record]) -> None:
-        """Persist records durably, in order, atomically; return only once committed.
+    def append(self, records: Sequence[Record]) -> Awaitable[None]:
+        """Persist records durably, in order, atomically; the awaitable returned
+        resolves only once they are committed.
 
-        Concurrent calls may share one transaction (group commit) but keep their
-        relative order. Raises :class:`~wf.errors.StoreUnavailable` if the
-        commit failed; then nothing of that call is stored, and the store is
-        fenced (see :meth:`clear_write_fence`).
+        A coroutine function fits; a store may also queue the append before it
+        returns and hand back the commit's future (SQLite does: no task per
+        append), so the caller's order of calls is the order of the appends.
+        Awaiting it is then only waiting for the commit, and a caller that stops
+        waiting does not withdraw the append. Concurrent calls may share one
+        transaction (group commit) but keep their relative order. Raises
+        :class:`~wf.errors.StoreUnavailable` if the commit failed; then nothing of
+        that call is stored, and the store is fenced (see :meth:`clear_write_fence`).
         """
         ...
 
