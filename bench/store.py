@@ -488,7 +488,7 @@ async def build_store(store: Store, queued: int, leased: int, lease_workers: int
             await inflight
             inflight = None
         if pending:
-            inflight = asyncio.create_task(store.append(pending))
+            inflight = asyncio.ensure_future(store.append(pending))
             pending = []
             await asyncio.sleep(0)  # let it queue its steps before the next batch is built
 

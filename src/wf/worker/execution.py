@@ -1,8 +1,8 @@
 """Running one attempt of an activity and classifying how it ended.
 
 :func:`execute` decodes the payload, binds the :class:`ActivityContext`,
-runs the function (``async`` ones as their own task, sync ones in the
-worker's thread pool) and returns what the worker must report: a
+runs the function (``async`` ones as their own task, sync ones on the
+worker's activity threads, :mod:`wf.worker.threads`) and returns what the worker must report: a
 :class:`Succeeded` with the encoded result, a :class:`Failed` with the
 error type (the exception's class name) and whether it is retryable (not a
 :class:`~wf.worker.activity.NonRetryableError`), or :class:`Abandoned` when
@@ -39,6 +39,7 @@ from wf.worker.activity import (
     encode_result,
     unbind_context,
 )
+from wf.worker.threads import ActivityThreads
 
 ERROR_MESSAGE_MAX: Final = 4_000
 """Longest error message reported (longer ones are cut)."""
@@ -172,7 +173,7 @@ async def execute(
     defn: ActivityDefinition | None,
     context: ActivityContext,
     payload: bytes,
-    executor: Executor | None,
+    executor: ActivityThreads | Executor | None,
     on_task: Callable[[asyncio.Task[Any]], None],
 ) -> Ending:
     """Run one attempt (see the module docstring).
@@ -226,7 +227,12 @@ async def execute(
         assert executor is not None, "sync activities need the worker's thread pool"
         loop = asyncio.get_running_loop()
         try:
-            value = await loop.run_in_executor(executor, _call_sync, defn, context, args, kwargs)
+            if isinstance(executor, ActivityThreads):
+                value = await executor.run(loop, _call_sync, defn, context, args, kwargs)
+            else:
+                value = await loop.run_in_executor(
+                    executor, _call_sync, defn, context, args, kwargs
+                )
         except ActivityCancelled:
             return Abandoned(context.cancel_reason or "cancelled")
         except Exception as exc:

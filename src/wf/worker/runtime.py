@@ -110,7 +110,6 @@ import socket
 import ssl
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import msgspec
@@ -165,6 +164,7 @@ from wf.worker.execution import Abandoned, Ending, Failed, Succeeded, execute
 from wf.worker.leases import ACKNOWLEDGED_MAX, HeldLease, LeaseStatus, WorkerCounters
 from wf.worker.outbox import Outbox, stop_task
 from wf.worker.stats import ProcessSampler
+from wf.worker.threads import ActivityThreads
 
 log = logging.getLogger("wf.worker")
 
@@ -358,7 +358,7 @@ class Worker:
         self._last_completed: str | None = None
         self._client: RpcClient | None = None
         self._outbox: Outbox | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: ActivityThreads | None = None
         self._poll_task: asyncio.Task[None] | None = None
         self._poll_call: asyncio.Future[Any] | None = None
         """The long poll on the wire, abandoned when the worker moves to another node."""
@@ -467,9 +467,7 @@ class Worker:
             prepare=self._one_poll_per_batch,
         )
         if any(not d.is_async for d in self.activities.values()):
-            self._executor = ThreadPoolExecutor(
-                max_workers=self.max_concurrency, thread_name_prefix="wf-activity"
-            )
+            self._executor = ActivityThreads(self.max_concurrency)
         self._register_needed.set()
         loops = [
             asyncio.create_task(self._outbox.run(), name="wf-worker-outbox"),
@@ -500,7 +498,7 @@ class Worker:
                 await stop_task(task)
             await self._client.close()
             if self._executor is not None:
-                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._executor.shutdown()
             self._closed.set()
             log.info(
                 "worker %s stopped%s",
