@@ -5,36 +5,13 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _appends import stored_order, submitted, until
 
-from wf.scheduler.model import Activity
-from wf.scheduler.outputs import ActivitySubmitted
 from wf.store import sqlite as sqlite_module
 from wf.store.sqlite import SQLiteStore
-
-T0 = 1_767_225_600.0
-
-
-def submitted(aid: str, seq: int) -> ActivitySubmitted:
-    return ActivitySubmitted(
-        at=T0, activity=Activity(activity_id=aid, activity_type="t", seq=seq, submitted_at=T0)
-    )
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        await asyncio.sleep(0.001)
-
-
-async def stored_seqs(store: SQLiteStore) -> list[str]:
-    state = await store.load()
-    return [a.activity_id for a in sorted(state.activities, key=lambda a: a.seq)]
 
 
 def test_an_append_is_queued_before_the_call_returns(tmp_path: Path) -> None:
@@ -77,7 +54,7 @@ def test_appends_past_the_bound_wait_for_room_and_land_in_call_order(
             finally:
                 store._writing.release()
             await asyncio.wait_for(asyncio.gather(*calls), 10.0)
-            assert await stored_seqs(store) == [f"a{i}" for i in range(5)]
+            assert await stored_order(store) == [f"a{i}" for i in range(5)]
             assert store._in_flight == 0
             assert not store._room_waiters
         finally:
@@ -110,7 +87,7 @@ def test_a_cancelled_waiter_is_not_stored_and_the_next_one_goes_on(
             await asyncio.wait_for(asyncio.gather(first, last), 10.0)
             with pytest.raises(asyncio.CancelledError):
                 await dropped
-            assert await stored_seqs(store) == ["first", "last"]
+            assert await stored_order(store) == ["first", "last"]
         finally:
             await store.close()
 

@@ -5,31 +5,13 @@ delayed (``wf.store.sqlite``, "Lingering")."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _appends import submitted, until
 
-from wf.scheduler.model import Activity
-from wf.scheduler.outputs import ActivitySubmitted
 from wf.store import sqlite as sqlite_module
 from wf.store.sqlite import SQLiteStore
-
-T0 = 1_767_225_600.0
-
-
-def submitted(aid: str, seq: int) -> ActivitySubmitted:
-    return ActivitySubmitted(
-        at=T0, activity=Activity(activity_id=aid, activity_type="t", seq=seq, submitted_at=T0)
-    )
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        await asyncio.sleep(0.001)
 
 
 async def on_the_writer(store: SQLiteStore) -> None:

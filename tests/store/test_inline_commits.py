@@ -9,9 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from _appends import stored_order, submitted
 
-from wf.scheduler.model import Activity
-from wf.scheduler.outputs import ActivitySubmitted
 from wf.store import codec
 from wf.store import sqlite as sqlite_module
 from wf.store.sqlite import (
@@ -20,14 +19,6 @@ from wf.store.sqlite import (
     SQLiteStore,
     _Pending,
 )
-
-T0 = 1_767_225_600.0
-
-
-def submitted(aid: str, seq: int) -> ActivitySubmitted:
-    return ActivitySubmitted(
-        at=T0, activity=Activity(activity_id=aid, activity_type="t", seq=seq, submitted_at=T0)
-    )
 
 
 async def writer_settled(store: SQLiteStore, timeout_s: float = 10.0) -> None:
@@ -43,11 +34,6 @@ async def writer_settled(store: SQLiteStore, timeout_s: float = 10.0) -> None:
             return
         assert time.monotonic() < deadline, "the writer thread never went idle"
         await asyncio.sleep(0.001)
-
-
-async def stored_order(store: SQLiteStore) -> list[str]:
-    loaded = await store.load()
-    return [a.activity_id for a in sorted(loaded.activities, key=lambda a: a.seq)]
 
 
 def test_an_idle_process_store_commits_a_small_append_inline(tmp_path: Path) -> None:

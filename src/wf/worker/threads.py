@@ -6,8 +6,9 @@ A sync activity may block, so it runs off the event loop, on a thread of its
 own. ``loop.run_in_executor`` with a :class:`~concurrent.futures.ThreadPoolExecutor`
 does that through two futures per call: the executor's, which takes a lock
 and a condition to set, and the asyncio future chained to it, each with its
-callbacks; on the stock W1 of ``bench/stock_w1.py`` that machinery was about a
-tenth of a worker's CPU per activity, for a body that does nothing.
+callbacks; in a py-spy profile of the stock W1 of ``bench/stock_w1.py`` that
+machinery held the GIL for about a tenth of a worker's time per activity, for
+a body that does nothing (no A/B of the two has been run yet).
 
 :class:`ActivityThreads` keeps only what the worker needs: a job (the loop,
 the asyncio future, the function and its arguments) goes into one
